@@ -1,0 +1,1 @@
+"""rmsnorm_repro: reproduction suite for Root Mean Square Layer Normalization."""

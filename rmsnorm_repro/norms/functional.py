@@ -1,0 +1,83 @@
+"""Normalization functions over the last dimension: the formulas of the paper, nothing else.
+
+Every module in this package is a thin wrapper over one of these functions, so the math lives in
+exactly one place and the tests can check it against a float64 reference.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def check_norm_args(dim: int, p: float = 1.0, eps: float = 0.0) -> None:
+    """Raise ValueError with the allowed range when a norm's arguments are out of it."""
+    if not isinstance(dim, int) or dim < 1:
+        raise ValueError(f"normalized dimension must be an integer >= 1, got {dim!r}")
+    if not (isinstance(p, (int, float)) and 0.0 < p <= 1.0):
+        raise ValueError(f"partial ratio p must be in (0, 1] (1.0 = full RMSNorm), got {p!r}")
+    if not (isinstance(eps, (int, float)) and eps >= 0.0):
+        raise ValueError(f"eps must be >= 0, got {eps!r}")
+
+
+def partial_k(dim: int, p: float) -> int:
+    """Number of leading features pRMSNorm takes its statistic from: ceil(dim * p), at least 1.
+
+    The paper says ceil; the authors' code uses floor and crashes when it reaches 0, so we clamp.
+    """
+    check_norm_args(dim, p)
+    # round() first so that e.g. 0.07 * 100 = 7.000000000000001 still gives 7, not 8.
+    return max(1, math.ceil(round(dim * p, 9)))
+
+
+def rms_norm(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None = None,
+    p: float = 1.0,
+    eps: float = 1e-8,
+    eps_inside: bool = False,
+) -> Tensor:
+    """RMSNorm (p = 1) or pRMSNorm (0 < p < 1) over the last dimension.
+
+    The statistic is RMS(x[..., :k]) with k = ceil(dim * p); every feature is divided by it.
+    eps_inside=False divides by (RMS + eps) like the authors' PyTorch file; eps_inside=True
+    multiplies by rsqrt(mean(x^2) + eps) like their TensorFlow file and torch.nn.RMSNorm.
+    """
+    dim = x.shape[-1]
+    check_norm_args(dim, p, eps)
+    k = partial_k(dim, p)
+    head = x if k == dim else x[..., :k]
+    mean_square = head.pow(2).mean(-1, keepdim=True)
+    if eps_inside:
+        inv_rms = torch.rsqrt(mean_square + eps)
+    else:
+        inv_rms = 1.0 / (mean_square.sqrt() + eps)
+    y = x * inv_rms
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def layer_norm(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
+    """LayerNorm over the last dimension: torch's fused kernel (the fastest LayerNorm there is)."""
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def l2_norm(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None = None, eps: float = 1e-8
+) -> Tensor:
+    """The paper's L2-Norm baseline: x / (||x||_2 + eps) * g (+ b). RMSNorm without the sqrt(n)."""
+    check_norm_args(x.shape[-1], 1.0, eps)
+    y = x / (torch.linalg.vector_norm(x, dim=-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y

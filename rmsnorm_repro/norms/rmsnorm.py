@@ -1,0 +1,51 @@
+"""RMSNorm and pRMSNorm (the subject of the paper)."""
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from torch import Tensor, nn
+
+from . import functional as fn
+from .base import ChannelNorm, Normalization, register
+
+
+class RMSNorm(nn.Module):
+    """y = x / RMS(x[..., :k]) * g (+ b) over the last dimension; k = ceil(dim * p).
+
+    p = 1.0 is RMSNorm, p < 1 is pRMSNorm. See `functional.rms_norm` for the eps placement.
+    """
+
+    def __init__(self, dim: int, p: float = 1.0, eps: float = 1e-8, eps_inside: bool = False, bias: bool = False):
+        super().__init__()
+        fn.check_norm_args(dim, p, eps)
+        self.dim, self.p, self.eps, self.eps_inside = dim, float(p), float(eps), bool(eps_inside)
+        self.k = fn.partial_k(dim, p)
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return fn.rms_norm(x, self.weight, self.bias, self.p, self.eps, self.eps_inside)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, p={self.p}, k={self.k}, eps={self.eps}, eps_inside={self.eps_inside}, bias={self.bias is not None}"
+
+
+@register("rmsnorm", "prmsnorm")
+class RMSNormalization(Normalization):
+    """norm=rmsnorm (p = 1) and norm=prmsnorm (p < 1, 6.25% by default)."""
+
+    def __init__(self, name, options=None):
+        super().__init__(name, options)
+        o = self.options
+        self.p, self.eps = float(o.get("p", 1.0)), float(o.get("eps", 1e-8))
+        self.eps_inside, self.bias = bool(o.get("eps_inside", False)), bool(o.get("bias", False))
+        self.conv_axes = o.get("conv_axes", "hw")
+        fn.check_norm_args(1, self.p, self.eps)
+
+    def act(self, dim: int) -> nn.Module:
+        return RMSNorm(dim, self.p, self.eps, self.eps_inside, self.bias)
+
+    def channels(self, num_channels: int) -> nn.Module:
+        row = partial(fn.rms_norm, weight=None, p=self.p, eps=self.eps, eps_inside=self.eps_inside)
+        return ChannelNorm(num_channels, row, self.conv_axes, bias=True)
