@@ -74,6 +74,10 @@ class SharedStepNorm(nn.Module):
     def forward(self, x: Tensor, t: int = 0) -> Tensor:
         return self.norm(x)
 
+    def forward_sequence(self, x: Tensor) -> Tensor:
+        """Normalize a whole (T, B, D) sequence at once (hoisted out of the time loop)."""
+        return self.norm(x)
+
 
 class ChannelNorm(nn.Module):
     """Applies a row-wise norm to a conv map, with a gain (and bias) per channel.

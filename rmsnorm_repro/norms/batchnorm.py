@@ -31,6 +31,10 @@ class StepBatchNorm(nn.Module):
     def forward(self, x: Tensor, t: int = 0) -> Tensor:
         return self.stats[min(t, len(self.stats) - 1)](x) * self.weight + self.bias
 
+    def forward_sequence(self, x: Tensor) -> Tensor:
+        """Normalize a (T, B, D) sequence, step t with the statistics of step t."""
+        return torch.stack([self(x_t, t) for t, x_t in enumerate(x.unbind(0))])
+
 
 @register("batchnorm")
 class BatchNormalization(Normalization):
