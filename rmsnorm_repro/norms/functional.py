@@ -39,13 +39,20 @@ def rms_norm(
     p: float = 1.0,
     eps: float = 1e-8,
     eps_inside: bool = False,
+    impl: str = "reference",
 ) -> Tensor:
     """RMSNorm (p = 1) or pRMSNorm (0 < p < 1) over the last dimension.
 
     The statistic is RMS(x[..., :k]) with k = ceil(dim * p); every feature is divided by it.
     eps_inside=False divides by (RMS + eps) like the authors' PyTorch file; eps_inside=True
     multiplies by rsqrt(mean(x^2) + eps) like their TensorFlow file and torch.nn.RMSNorm.
+    impl="reference" runs the formulas below; auto | fused | compile take a fast path with the
+    same math (see norms/fused).
     """
+    if impl != "reference":
+        from . import fused  # imported here: fused falls back to this function
+
+        return fused.rms_norm(x, weight, bias, p, eps, eps_inside, impl)
     dim = x.shape[-1]
     check_norm_args(dim, p, eps)
     k = partial_k(dim, p)
@@ -54,7 +61,9 @@ def rms_norm(
     if eps_inside:
         inv_rms = torch.rsqrt(mean_square + eps)
     else:
-        inv_rms = 1.0 / (mean_square.sqrt() + eps)
+        # sqrt'(0) is infinite, so an all-zero row (U h0 with h0 = 0 in a GRU) would get NaN
+        # gradients (0 * inf); clamping at the smallest normal float keeps them finite (and exact).
+        inv_rms = 1.0 / (mean_square.clamp_min(torch.finfo(x.dtype).tiny).sqrt() + eps)
     y = x * inv_rms
     if weight is not None:
         y = y * weight

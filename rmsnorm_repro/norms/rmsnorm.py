@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from . import functional as fn
+from . import fused
 from .base import ChannelNorm, Normalization, register
 
 
@@ -14,21 +15,24 @@ class RMSNorm(nn.Module):
     """y = x / RMS(x[..., :k]) * g (+ b) over the last dimension; k = ceil(dim * p).
 
     p = 1.0 is RMSNorm, p < 1 is pRMSNorm. See `functional.rms_norm` for the eps placement.
+    impl: auto (fastest exact path here) | reference | fused | compile; see norms/fused.
     """
 
-    def __init__(self, dim: int, p: float = 1.0, eps: float = 1e-8, eps_inside: bool = False, bias: bool = False):
+    def __init__(self, dim: int, p: float = 1.0, eps: float = 1e-8, eps_inside: bool = False, bias: bool = False,
+                 impl: str = "auto"):
         super().__init__()
         fn.check_norm_args(dim, p, eps)
-        self.dim, self.p, self.eps, self.eps_inside = dim, float(p), float(eps), bool(eps_inside)
+        fused.check_impl(impl)
+        self.dim, self.p, self.eps, self.eps_inside, self.impl = dim, float(p), float(eps), bool(eps_inside), impl
         self.k = fn.partial_k(dim, p)
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return fn.rms_norm(x, self.weight, self.bias, self.p, self.eps, self.eps_inside)
+        return fn.rms_norm(x, self.weight, self.bias, self.p, self.eps, self.eps_inside, self.impl)
 
     def extra_repr(self) -> str:
-        return f"{self.dim}, p={self.p}, k={self.k}, eps={self.eps}, eps_inside={self.eps_inside}, bias={self.bias is not None}"
+        return f"{self.dim}, p={self.p}, k={self.k}, eps={self.eps}, eps_inside={self.eps_inside}, bias={self.bias is not None}, impl={self.impl}"
 
 
 @register("rmsnorm", "prmsnorm")
@@ -40,12 +44,21 @@ class RMSNormalization(Normalization):
         o = self.options
         self.p, self.eps = float(o.get("p", 1.0)), float(o.get("eps", 1e-8))
         self.eps_inside, self.bias = bool(o.get("eps_inside", False)), bool(o.get("bias", False))
-        self.conv_axes = o.get("conv_axes", "hw")
+        self.conv_axes, self.impl = o.get("conv_axes", "hw"), str(o.get("impl", "auto"))
         fn.check_norm_args(1, self.p, self.eps)
+        fused.check_impl(self.impl)
 
     def act(self, dim: int) -> nn.Module:
-        return RMSNorm(dim, self.p, self.eps, self.eps_inside, self.bias)
+        return RMSNorm(dim, self.p, self.eps, self.eps_inside, self.bias, self.impl)
 
     def channels(self, num_channels: int) -> nn.Module:
-        row = partial(fn.rms_norm, weight=None, p=self.p, eps=self.eps, eps_inside=self.eps_inside)
+        row = partial(fn.rms_norm, weight=None, p=self.p, eps=self.eps, eps_inside=self.eps_inside, impl=self.impl)
         return ChannelNorm(num_channels, row, self.conv_axes, bias=True)
+
+    def describe(self) -> dict:
+        # impl_used: what actually ran in this process (e.g. auto -> fused-cpu), or, before the
+        # first forward, what `impl` resolves to on the default device.
+        used = fused.implementations_used(self.impl)
+        default_device = "cuda" if torch.cuda.is_available() else "cpu"
+        return {**super().describe(), "impl": self.impl,
+                "impl_used": ",".join(used) or fused.resolve(self.impl, default_device)}

@@ -1,0 +1,156 @@
+"""Step table: per-step training time of every task x norm at the paper's model sizes.
+
+Each (task, norm) is built from the real config (configs/train.yaml, scale=paper) through the Task
+interface and timed on the runner's step (zero_grad, loss, backward, clip, Adam). The norms of a
+task take turns: `rounds` rounds, each building every norm's model afresh and timing `steps`
+steps after one warm-up step, so machine load spreads over all of them; medians over all timed
+steps. The batch is the paper's times `batch_fraction` (CPU time), which keeps the ratio of norm
+work to matrix work per row, so ratios stay comparable to the paper's.
+"""
+from __future__ import annotations
+
+import csv
+import gc
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from ..runner.loop import normalization, resolve_device, seed_everything, task_class
+from ..runner.optim import build_optimizer
+from ..tasks import TASKS
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
+# task -> (paper table file, time column, label) with the paper's per-step times
+PAPER_TIMES = {
+    "rnnsearch": [("table2.csv", "time_mean", "Table 2 (Theano)"), ("table3.csv", "py_time_mean", "Table 3 (PyTorch)")],
+    "transformer": [("table4.csv", "time_mean", "Table 4")],
+    "reader": [("table6.csv", "time_mean", "Table 6")],
+    "retrieval": [("table8.csv", "time_mean", "Table 8")],
+    "convpool": [("table10.csv", "time_mean", "Table 10")],
+}
+BATCH_KEYS = ("batch_size", "batch_tokens")
+
+
+def available_tasks() -> list[str]:
+    """Registered tasks whose code and paper-scale config exist in this checkout."""
+    found = []
+    for name in TASKS:
+        if not (CONFIG_DIR / "task_scale" / name / "paper.yaml").exists():
+            continue
+        try:
+            task_class(OmegaConf.create({"task": {"name": name}}))
+        except Exception:  # not written yet (ImportError) or broken: leave it out, say so in the caller
+            continue
+        found.append(name)
+    return found
+
+
+def compose_config(task: str, norm: str, batch_fraction: float, extra: list[str] = ()):
+    with initialize_config_dir(str(CONFIG_DIR), version_base=None):
+        cfg = compose("train", overrides=[f"task={task}", f"norm={norm}", "scale=paper", "device=cpu", *extra])
+    shrunk = []
+    for key in BATCH_KEYS:
+        if cfg.train.get(key) is not None:
+            cfg.train[key] = max(1, round(cfg.train[key] * batch_fraction))
+            shrunk.append(f"train.{key}={cfg.train[key]}")
+    return cfg, shrunk
+
+
+def paper_ratios(task: str) -> dict[str, dict[str, float]]:
+    """label -> {norm: paper time / paper LayerNorm time}."""
+    out = {}
+    for file, column, label in PAPER_TIMES.get(task, []):
+        path = PAPER_DIR / file
+        if not path.exists():
+            continue
+        times = {}
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                if row.get("norm") and row.get(column):
+                    times[row["norm"]] = float(row[column])
+        if "layernorm" in times:
+            out[label] = {k: v / times["layernorm"] for k, v in times.items()}
+    return out
+
+
+class _Run:
+    """One task x norm: model, optimizer and the runner's timed step."""
+
+    def __init__(self, task: str, norm: str, batch_fraction: float):
+        self.cfg, self.batch = compose_config(task, norm, batch_fraction)
+        seed_everything(int(self.cfg.seed))
+        cls = task_class(self.cfg)
+        self.norms = normalization(self.cfg, cls)
+        self.task = cls(self.cfg, self.norms, resolve_device("cpu"))
+        self.model = self.task.build_model()
+        self.model.train()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.params, self.cfg.optim)
+        self.clip = self.cfg.optim.clip
+
+    def step(self, step: int) -> tuple[float, float]:
+        batch = self.task.train_batch(step)
+        wall, cpu = time.perf_counter(), time.thread_time()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, _ = self.task.loss(self.model, batch)
+        loss.backward()
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.optimizer.step()
+        return (time.perf_counter() - wall) * 1e3, (time.thread_time() - cpu) * 1e3
+
+
+def run(tasks: list[str], norms: list[str] | None = None, rounds: int = 2, steps: int = 3,
+        batch_fraction: float = 0.2, log=print) -> list[dict]:
+    rows = []
+    for task in tasks:
+        supported = list(task_class(OmegaConf.create({"task": {"name": task}})).supported_norms)
+        chosen = [n for n in supported if norms is None or n in norms]
+        wall: dict[str, list[float]] = {n: [] for n in chosen}
+        cpu: dict[str, list[float]] = {n: [] for n in chosen}
+        info: dict[str, dict] = {}
+        for r in range(rounds):
+            for norm in chosen:
+                run_ = _Run(task, norm, batch_fraction)
+                run_.step(0)  # warm-up: first-touch allocation, kernel build or load
+                for s in range(1, steps + 1):
+                    w, c = run_.step(s + r * steps)
+                    wall[norm].append(w)
+                    cpu[norm].append(c)
+                info[norm] = {"batch": run_.batch, "impl": run_.norms.describe().get("impl_used")}
+                del run_
+                gc.collect()
+            log(f"  {task}: round {r + 1}/{rounds} done")
+        med = {n: statistics.median(v) for n, v in wall.items() if v}
+        med_cpu = {n: statistics.median(v) for n, v in cpu.items() if v}
+        paper = paper_ratios(task)
+        ln, none = med.get("layernorm"), med.get("none")
+        for norm in chosen:
+            ratio = med[norm] / ln if ln else None
+            overhead = (med[norm] - none) / (ln - none) if ln and none is not None and ln > none else None
+            rows.append({
+                "task": task, "norm": norm, "step_ms": med[norm], "cpu_ms": med_cpu[norm], "steps": len(wall[norm]),
+                "vs_layernorm": ratio,
+                "vs_layernorm_cpu": med_cpu[norm] / med_cpu["layernorm"] if "layernorm" in med_cpu else None,
+                "overhead_vs_layernorm_overhead": overhead,
+                "paper_vs_layernorm": {label: r.get(norm) for label, r in paper.items()},
+                **info[norm],
+            })
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| task | norm | step ms (median) | CPU ms | vs LayerNorm | vs LayerNorm (CPU) | overhead / LN's | paper vs LayerNorm | batch | impl |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|---|"]
+    for r in rows:
+        f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        paper = "; ".join(f"{v:.2f} ({k})" for k, v in r["paper_vs_layernorm"].items() if v is not None) or "-"
+        lines.append(f"| {r['task']} | {r['norm']} | {r['step_ms']:.1f} | {r['cpu_ms']:.1f} | {f(r['vs_layernorm'])} | "
+                     f"{f(r['vs_layernorm_cpu'])} | {f(r['overhead_vs_layernorm_overhead'])} | {paper} | "
+                     f"{', '.join(r['batch'])} | {r['impl'] or '-'} |")
+    return "\n".join(lines)

@@ -1,0 +1,107 @@
+"""LSTM with the norm placement of the attentive reader the paper used (Cooijmans et al.'s code).
+
+One step, with n_x, n_h, n_c the three norms the factory hands out (PAPER.md section 2):
+
+    gates = n_x(W_x x_t) + n_h(W_h h_{t-1}) + b          # two norms over all 4H gate inputs jointly
+    i, f, g, o = split(gates)
+    c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)
+    h_t = sigmoid(o) * tanh(n_c(c_t))                     # the cell state normalized before its tanh
+
+The norms come from `norms.step_norm(dim, max_steps)`, so norm=batchnorm gives BN-LSTM with
+statistics per time step and the others one shared norm. The input projection and its norm do
+not depend on the state: they run once over the whole sequence, outside the time loop.
+
+Padding: `mask` is True on real tokens and must be a prefix (real tokens first). At a padded step
+the state is kept, so appending padding changes no output at real positions and no final state.
+The backward direction reads each sequence reversed within its own length, so its step t is the
+t-th real token from the end whatever the padding (per-step BatchNorm statistics line up too).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..norms import Normalization
+
+
+def _init_gate_blocks(weight: Tensor, hidden_size: int) -> None:
+    """Xavier for each gate's block, orthogonal where the block is square (the paper's init)."""
+    with torch.no_grad():
+        for block in weight.split(hidden_size, dim=0):
+            if block.shape[0] == block.shape[1]:
+                nn.init.orthogonal_(block)
+            else:
+                nn.init.xavier_uniform_(block)
+
+
+class LSTMDirection(nn.Module):
+    """One direction of a normalized LSTM over a time-major (T, B, I) sequence."""
+
+    def __init__(self, input_size: int, hidden_size: int, norms: Normalization, max_steps: int, forget_bias: float):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.input_proj = norms.linear(input_size, 4 * hidden_size, bias=False)
+        self.hidden_proj = norms.linear(hidden_size, 4 * hidden_size, bias=False)
+        self.norm_x = norms.step_norm(4 * hidden_size, max_steps)
+        self.norm_h = norms.step_norm(4 * hidden_size, max_steps)
+        self.norm_c = norms.step_norm(hidden_size, max_steps)
+        self.bias = nn.Parameter(torch.zeros(4 * hidden_size))
+        _init_gate_blocks(self.input_proj.weight, hidden_size)
+        _init_gate_blocks(self.hidden_proj.weight, hidden_size)
+        with torch.no_grad():  # gate order i, f, g, o
+            self.bias[hidden_size : 2 * hidden_size] = forget_bias
+
+    def forward(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """x (T, B, I), mask (T, B) bool -> outputs (T, B, H), last state (B, H)."""
+        gx_all = self.norm_x.forward_sequence(self.input_proj(x)) + self.bias
+        h = x.new_zeros(x.shape[1], self.hidden_size)
+        c = h
+        outputs = []
+        # unbind(0), not gx_all[t]: indexing makes every step's backward allocate a full (T, B, 4H) zero tensor.
+        for t, (gx, m) in enumerate(zip(gx_all.unbind(0), mask.unsqueeze(-1).unbind(0))):
+            i, f, g, o = (gx + self.norm_h(self.hidden_proj(h), t)).chunk(4, dim=-1)
+            c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h_new = torch.sigmoid(o) * torch.tanh(self.norm_c(c_new, t))
+            c = torch.where(m, c_new, c)
+            h = torch.where(m, h_new, h)
+            outputs.append(h)
+        return torch.stack(outputs), h
+
+
+def reverse_within_length(x: Tensor, lengths: Tensor) -> Tensor:
+    """Reverse each row of a time-major (T, B, ...) tensor over its first lengths[b] steps; padding stays put."""
+    steps = torch.arange(x.shape[0], device=x.device).unsqueeze(1)  # (T, 1)
+    index = torch.where(steps < lengths, lengths - 1 - steps, steps)  # (T, B)
+    return x.gather(0, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
+
+
+class NormLSTM(nn.Module):
+    """(Bi)directional normalized LSTM, batch first: forward(x (B, T, I), mask (B, T)) ->
+    (outputs (B, T, H * dirs), last (B, H * dirs)). `last` is the state after the last real token
+    (forward) and after the first one (backward); outputs are 0 at padded positions (as NormGRU's).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        norms: Normalization,
+        max_steps: int,
+        bidirectional: bool = False,
+        forget_bias: float = 1.0,
+    ):
+        super().__init__()
+        self.hidden_size, self.bidirectional = hidden_size, bidirectional
+        self.fwd = LSTMDirection(input_size, hidden_size, norms, max_steps, forget_bias)
+        self.bwd = LSTMDirection(input_size, hidden_size, norms, max_steps, forget_bias) if bidirectional else None
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        x = x.transpose(0, 1)
+        mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device) if mask is None else mask.transpose(0, 1)
+        outputs, last = self.fwd(x, mask)
+        if self.bwd is not None:
+            lengths = mask.sum(0)
+            out_b, last_b = self.bwd(reverse_within_length(x, lengths), mask)
+            outputs = torch.cat([outputs, reverse_within_length(out_b, lengths)], dim=-1)
+            last = torch.cat([last, last_b], dim=-1)
+        return (outputs * mask.unsqueeze(-1).to(outputs.dtype)).transpose(0, 1), last

@@ -1,0 +1,100 @@
+"""Fast paths behind `functional.rms_norm(..., impl=...)`; the math is the reference's, exactly.
+
+    impl=reference  the formulas in functional.py, op by op (torch autograd)
+    impl=fused      C++ kernel on CPU (cpu.py + rmsnorm_cpu.cpp), Triton kernel on CUDA
+                    (triton_rmsnorm.py); both fuse the forward and have an exact fused backward
+    impl=compile    torch.compile of the reference function
+    impl=auto       the fastest exact path available: fused where it exists, else reference
+
+A fast path that cannot run (no compiler, no Triton, an unsupported dtype) falls back to the
+reference: a missing compiler warns once. The implementation actually in use is logged once per
+process and recorded for `implementations_used` (what RMSNormalization.describe() reports).
+"""
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from .. import functional
+from . import cpu
+
+IMPLS = ("auto", "reference", "fused", "compile")
+log = logging.getLogger(__name__)
+_used: dict[str, set[str]] = {}  # requested impl -> implementations that actually ran
+_CPU_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
+def check_impl(impl: str) -> None:
+    if impl not in IMPLS:
+        raise ValueError(f"norm.impl must be one of {', '.join(IMPLS)}, got {impl!r}")
+
+
+@lru_cache(maxsize=None)
+def resolve(impl: str, device_type: str) -> str:
+    """What `impl` runs on a device type: 'fused-cpu', 'triton', 'compile' or 'reference'."""
+    check_impl(impl)
+    if impl in ("reference", "compile"):
+        return impl
+    if device_type == "cpu" and cpu.load() is not None:
+        return "fused-cpu"
+    if device_type == "cuda":
+        if _triton().available():
+            return "triton"
+        if impl == "fused":
+            log.warning("norm.impl=fused: Triton is not installed; using the reference implementation")
+    return "reference"
+
+
+def implementations_used(impl: str) -> list[str]:
+    """Implementations that ran in this process for norm.impl=`impl` (sorted; empty before any call)."""
+    return sorted(_used.get(impl, ()))
+
+
+def _record(impl: str, name: str) -> None:
+    used = _used.setdefault(impl, set())
+    if name not in used:
+        used.add(name)
+        log.info("RMSNorm implementation in use: %s (norm.impl=%s)", name, impl)
+
+
+def _triton():
+    from . import triton_rmsnorm  # imported on first CUDA use: importing triton takes a while
+
+    return triton_rmsnorm
+
+
+@lru_cache(maxsize=None)
+def _compiled():
+    return torch.compile(functional.rms_norm, dynamic=False)
+
+
+def _same_dtype(x: Tensor, *params: Tensor | None) -> bool:
+    return all(t is None or (t.dtype == x.dtype and t.device == x.device) for t in params)
+
+
+def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, p: float, eps: float,
+             eps_inside: bool, impl: str) -> Tensor:
+    """functional.rms_norm through implementation `impl` (see the module docstring)."""
+    name = resolve(impl, x.device.type)
+    dim = x.shape[-1]
+    # Mixed dtypes (e.g. bf16 activations with fp32 gains under autocast) take the reference,
+    # which promotes like torch does.
+    if name == "fused-cpu" and x.dtype in _CPU_DTYPES and _same_dtype(x, weight, bias):
+        functional.check_norm_args(dim, p, eps)
+        y = cpu.load().rms_norm(x, weight, bias, functional.partial_k(dim, p), float(eps), bool(eps_inside))
+    elif name == "triton" and _same_dtype(x, weight, bias) and _triton().supports(x):
+        functional.check_norm_args(dim, p, eps)
+        y = _triton().rms_norm(x, weight, bias, functional.partial_k(dim, p), float(eps), bool(eps_inside))
+    elif name == "compile":
+        y = _compiled()(x, weight, bias, p, eps, eps_inside)
+    else:
+        name = "reference"
+        y = functional.rms_norm(x, weight, bias, p, eps, eps_inside)
+    _record(impl, name)
+    return y
+
+
+__all__ = ["IMPLS", "check_impl", "implementations_used", "resolve", "rms_norm"]

@@ -1,0 +1,318 @@
+"""The paper's Tables 2-10 and Figures 1-6 as Markdown pages: the paper's numbers beside ours.
+
+Each page is a `Page` (which task's runs it reads, which columns it compares, which figures it
+draws). The paper's numbers come from results/paper/<table>.csv, read as strings so that they are
+shown exactly as published. Ours are mean +- sample std over seeds (completed runs), step times
+over completed and diverged runs, speed-ups the paper's way: (T_LN - T_X) / T_LN.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .aggregate import Group, Run, Stat, describe_env, group_runs, speedup
+
+REPO = Path(__file__).resolve().parents[2]
+PAPER_DIR = REPO / "results" / "paper"
+# Steps per time unit of the paper's time columns. Table 10's unit, the epoch, depends on the data set
+# size, so ours stays in seconds per 1k steps there (speed-ups are unit-free).
+STEPS_PER_UNIT = {"1k steps": 1000, "0.1k steps": 100}
+FAILS = "fails to train"
+
+
+@dataclass(frozen=True)
+class Quality:
+    """One quality column: the paper's CSV column(s) and the metric names that hold ours."""
+
+    header: str
+    paper: str | None                # CSV column (prefixed per paper set), None: the paper has no number
+    ours: tuple[str, ...]            # the first metric name a run reports is used
+    source: str = "final"            # summary["final"] (test) or summary["best"] (best validation)
+    scale: float = 1.0               # ours * scale, e.g. a fraction shown in percent
+    digits: int = 1
+
+
+@dataclass(frozen=True)
+class Page:
+    name: str
+    title: str
+    task: str
+    qualities: tuple[Quality, ...] = ()
+    time: bool = True                                # compare seconds per the paper's time unit
+    paper_sets: tuple[tuple[str, str], ...] = (("", ""),)  # (label, CSV column prefix): Table 3 has two
+    paper_csv: str | None = None                     # default: results/paper/<name>.csv if it exists
+    figures: tuple[str, ...] = ()
+    render: Callable[["Page", list[Run], list[Group], list[dict]], list[str]] | None = None
+
+
+def read_paper(name: str) -> list[dict[str, str]]:
+    """The rows of results/paper/<name>.csv (strings, as published); [] when the paper has no numbers."""
+    path = PAPER_DIR / f"{name}.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# Formatting ----------------------------------------------------------------------------------------
+def fmt_stat(stat: Stat | None, scale: float = 1.0, digits: int = 1) -> str:
+    if stat is None:
+        return "-"
+    mean, std = stat.mean * scale, stat.std * scale
+    return f"{mean:.{digits}f}" if stat.n == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def paper_cell(row: dict[str, str] | None, column: str) -> str:
+    """A published number as written; an empty cell of a row the paper marks "fails to train" says so."""
+    if row is None:
+        return "-"
+    return row.get(column) or (FAILS if row.get("note") == FAILS else "-")
+
+
+def fmt_paper_time(row: dict[str, str], prefix: str) -> str:
+    mean, std, pct = (row.get(prefix + k, "") for k in ("time_mean", "time_std", "speedup_pct"))
+    if not mean:
+        return "-"
+    return f"{mean} ± {std}" + (f" ({pct}%)" if pct else "")
+
+
+def time_unit(rows: list[dict[str, str]]) -> str:
+    return next((r["time_unit"] for r in rows if r.get("time_unit")), "1k steps")
+
+
+def fmt_our_time(group: Group, ln: Group | None, unit: str) -> str:
+    stat = group.time()
+    if stat is None:
+        return "-"
+    factor = STEPS_PER_UNIT.get(unit, 1000) / 1000.0  # s_per_1k_steps -> seconds per paper unit
+    digits = 2 if stat.mean * factor < 10 else 1
+    text = fmt_stat(stat, factor, digits)
+    gain = speedup(stat, ln.time() if ln else None)
+    return text + (f" ({gain * 100:.1f}%)" if gain is not None and group is not ln else "")
+
+
+def fmt_our_quality(group: Group, q: Quality) -> tuple[str, str | None]:
+    """(cell, metric name used); a group whose every run diverged reads "fails to train"."""
+    if group.fails_to_train:
+        return FAILS, None
+    found = group.first_metric(q.ours, q.source)
+    if found is None:
+        return "-", None
+    name, stat = found
+    return fmt_stat(stat, q.scale, q.digits), name
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+# Rows: the paper's rows in the paper's order, each beside our group(s) of that norm -------------------
+def matched_rows(paper: list[dict[str, str]], groups: list[Group]) -> list[tuple[str, dict[str, str] | None, Group | None]]:
+    """(model label, paper row or None, our group or None). Paper rows without a norm of ours (other
+    works, BN-Everywhere) stay paper-only; our groups of a norm the paper lacks come last."""
+    rows, used = [], set()
+    for prow in paper:
+        mine = [g for g in groups if prow.get("norm") and g.norm == prow["norm"]]
+        if not mine:
+            rows.append((prow["model"], prow, None))
+        for g in mine:
+            used.add(id(g))
+            extra = g.label[len(g.norm):].strip()
+            rows.append((prow["model"] + (f" ({extra})" if extra else ""), prow, g))
+    rows += [(g.label, None, g) for g in groups if id(g) not in used]
+    return rows
+
+
+def layernorm_of(groups: list[Group], group: Group) -> Group | None:
+    """The LayerNorm group a speed-up is measured against: same task and swept values."""
+    return next((g for g in groups if g.norm == "layernorm" and g.task == group.task and g.swept == group.swept), None)
+
+
+def render_comparison(page: Page, runs: list[Run], groups: list[Group], paper: list[dict]) -> list[str]:
+    header, used_metrics = ["model", "runs"], set()
+    for q in page.qualities:
+        header += [f"{q.header} paper{' ' + label if label else ''}" for label, _ in page.paper_sets if q.paper]
+        header.append(f"{q.header} ours")
+    unit = time_unit(paper)
+    if page.time:
+        header += [f"time paper{' ' + label if label else ''}" for label, _ in page.paper_sets]
+        header.append("time ours")
+    body = []
+    for model, prow, group in matched_rows(paper, groups):
+        cells = [model, group.status_note() if group else "not run"]
+        for q in page.qualities:
+            if q.paper:
+                cells += [paper_cell(prow, prefix + q.paper) for _, prefix in page.paper_sets]
+            if group is None:
+                cells.append("-")
+            else:
+                cell, name = fmt_our_quality(group, q)
+                if name:
+                    used_metrics.add(name)
+                cells.append(cell)
+        if page.time:
+            cells += [fmt_paper_time(prow, prefix) if prow else "-" for _, prefix in page.paper_sets]
+            cells.append(fmt_our_time(group, layernorm_of(groups, group), unit) if group else "-")
+        body.append(cells)
+    lines = table(header, body)
+    notes = [f"{r['model']}: {r['note']}" for r in paper if r.get("note") and r["note"] != FAILS]
+    if notes:
+        lines += ["", "Paper notes: " + "; ".join(notes) + "."]
+    if used_metrics:
+        lines += ["", "Our metrics: " + ", ".join(f"`{m}`" for m in sorted(used_metrics)) + "."]
+    return lines
+
+
+def render_table5(page: Page, runs: list[Run], groups: list[Group], paper: list[dict]) -> list[str]:
+    """Mean M and std S of the decoder's hidden-to-hidden summed inputs at positions 1-4 and overall."""
+    positions = [("1", "pos1"), ("2", "pos2"), ("3", "pos3"), ("4", "pos4"), ("all", "all")]
+    header = ["model", "stat"] + [f"{p} {who}" for p, _ in positions for who in ("paper", "ours")]
+    body = []
+    by_norm = {}
+    for prow in paper:
+        by_norm.setdefault(prow["norm"], []).append(prow)
+    rows = matched_rows([rows[0] for rows in by_norm.values()], groups)
+    for model, prow, group in rows:
+        for stat, word in (("M", "mean"), ("S", "std")):
+            prow_stat = next((r for r in by_norm.get(prow["norm"], []) if r["stat"] == stat), {}) if prow else {}
+            cells = [model, stat]
+            for pos, column in positions:
+                cells.append(prow_stat.get(column) or "-")
+                ours = group.stat(f"table5_{word}_{pos}") if group else None
+                cells.append(FAILS if group and group.fails_to_train else fmt_stat(ours, digits=2))
+            body.append(cells)
+    return table(header, body)
+
+
+def render_curve_summary(page: Page, runs: list[Run], groups: list[Group], paper: list[dict]) -> list[str]:
+    """Pages whose paper counterpart is a curve: our final numbers per group, no paper column."""
+    header = ["model", "runs"] + [q.header for q in page.qualities] + (["s / 1k steps"] if page.time else [])
+    body = []
+    for group in groups:
+        cells = [group.label, group.status_note()] + [fmt_our_quality(group, q)[0] for q in page.qualities]
+        if page.time:
+            cells.append(fmt_our_time(group, layernorm_of(groups, group), "1k steps"))
+        body.append(cells)
+    return table(header, body)
+
+
+def render_retrieval(page: Page, runs: list[Run], groups: list[Group], paper: list[dict]) -> list[str]:
+    """Table 7's layout: "R@1 / R@5 / R@10 / mean r" per direction, paper beside ours."""
+    keys = ("r1", "r5", "r10", "meanr")
+    header = ["model", "runs"] + [f"{side} {who}" for side in ("caption retrieval", "image retrieval")
+                                  for who in ("paper", "ours")]
+    body = []
+    for model, prow, group in matched_rows(paper, groups):
+        cells = [model, group.status_note() if group else "not run"]
+        for side in ("caption", "image"):
+            cells.append(" / ".join((prow or {}).get(f"{side}_{k}") or "-" for k in keys) if prow else "-")
+            if group is None:
+                cells.append("-")
+            elif group.fails_to_train:
+                cells.append(FAILS)
+            else:
+                cells.append(" / ".join(fmt_stat(group.stat(f"{side}_{k}"), digits=1) for k in keys))
+        body.append(cells)
+    return table(header, body)
+
+
+TEST14 = Quality("Test14", "test14", ("test14_bleu", "test_bleu"))
+TEST17 = Quality("Test17", "test17", ("test17_bleu",))
+VALID_BLEU = Quality("best valid BLEU", None, ("bleu",), source="best")
+TEST_BLEU = Quality("test BLEU", None, ("test14_bleu", "test_bleu"))
+FINAL_LOSS = Quality("last train loss", None, ("loss",), source="last", digits=3)
+RSUM = Quality("best valid R@K sum", None, ("rsum",), source="best")
+
+PAGES: dict[str, Page] = {p.name: p for p in (
+    Page("table2", "Table 2: RNNSearch (Nematus-TF), BLEU and seconds per 1k steps", "rnnsearch",
+         (TEST14, TEST17), figures=("fig1", "fig2")),
+    Page("table3", "Table 3: RNNSearch (Theano and PyTorch Nematus), BLEU and seconds per 1k steps", "rnnsearch",
+         (TEST14, TEST17), paper_sets=(("Th", "th_"), ("Py", "py_")), figures=("fig1", "fig2")),
+    Page("table4", "Table 4: Transformer base, BLEU and seconds per 1k steps", "transformer", (TEST14, TEST17)),
+    Page("table5", "Table 5: decoder hidden-to-hidden summed inputs, mean M and std S on the validation set",
+         "rnnsearch", time=False, render=render_table5),
+    Page("table6", "Table 6: CNN attentive reader, seconds per 0.1k steps", "reader",
+         (Quality("test error %", None, ("error",), scale=100.0),
+          Quality("best valid accuracy %", None, ("accuracy",), source="best", scale=100.0)), figures=("fig5",)),
+    Page("table7", "Table 7: caption / image retrieval on COCO (R@1 / R@5 / R@10 / mean rank)", "retrieval",
+         time=False, render=render_retrieval, figures=("fig6",)),
+    Page("table8", "Table 8: order embeddings, seconds per 0.1k steps", "retrieval", (RSUM,), figures=("fig6",)),
+    Page("table9", "Table 9: ConvPool-CNN-C training error (the paper gives the curve only)", "convpool",
+         (Quality("final train error %", None, ("train_error",)), Quality("test error %", None, ("error",), digits=2)),
+         paper_csv="", render=render_curve_summary, figures=("table9",)),
+    Page("table10", "Table 10: ConvPool-CNN-C on CIFAR-10, test error and seconds per epoch", "convpool",
+         (Quality("test error %", "test_error_pct", ("error",), digits=2),), figures=("table9",)),
+    Page("fig1", "Figure 1: RNNSearch training loss against steps and wall-clock time", "rnnsearch",
+         (FINAL_LOSS, VALID_BLEU, TEST_BLEU), render=render_curve_summary, paper_csv="", figures=("fig1", "fig2")),
+    Page("fig2", "Figure 2: RNNSearch validation BLEU over training steps", "rnnsearch",
+         (VALID_BLEU, TEST_BLEU), time=False, render=render_curve_summary, paper_csv="", figures=("fig2",)),
+    Page("fig3", "Figure 3: pRMSNorm validation BLEU as p varies", "rnnsearch",
+         (VALID_BLEU, TEST_BLEU), render=render_curve_summary, paper_csv="", figures=("fig3",)),
+    Page("fig4", "Figure 4: weight-init centre 0.2, LayerNorm against RMSNorm", "rnnsearch",
+         (FINAL_LOSS, VALID_BLEU, TEST_BLEU), time=False, render=render_curve_summary, paper_csv="", figures=("fig4",)),
+    Page("fig5", "Figure 5: attentive reader validation error over training steps", "reader",
+         (Quality("best valid error %", None, ("error",), source="best", scale=100.0),), time=False,
+         render=render_curve_summary, paper_csv="", figures=("fig5",)),
+    Page("fig6", "Figure 6: order embeddings, validation R@K sum over training steps", "retrieval",
+         (RSUM,), time=False, render=render_curve_summary, paper_csv="", figures=("fig6",)),
+)}
+
+
+def page_runs(page: Page, runs: list[Run]) -> list[Run]:
+    return [run for run in runs if run.task == page.task]
+
+
+def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[str, Path | None],
+                md_dir: Path, heading: str = "#") -> str:
+    """The Markdown page of one table or figure; figure_paths: figure name -> PNG (None: no data)."""
+    if name not in PAGES:
+        raise ValueError(f"unknown table {name!r}; choose one of: {', '.join(PAGES)}")
+    page = PAGES[name]
+    runs = page_runs(page, runs)
+    if not runs:
+        raise ValueError(f"no {page.task} runs under {runs_dir} for {name}: run `make {name}` first")
+    groups = group_runs(runs)
+    paper = read_paper(page.paper_csv if page.paper_csv is not None else name) if page.paper_csv != "" else []
+    scales = sorted({r.scale for r in runs})
+    datas = sorted({r.data for r in runs})
+    lines = [f"{heading} {page.title}", ""]
+    lines.append(f"Ours: task `{page.task}`, data {', '.join(datas)}, scale {', '.join(scales)}, "
+                 f"{len(runs)} runs from `{runs_dir}`.  ")
+    lines.append(f"Our machine: {describe_env(runs)}.  ")
+    hardware = sorted({r["hardware"] for r in paper if r.get("hardware")})
+    if hardware:
+        lines.append(f"Paper: {', '.join(hardware)}; time in seconds per {time_unit(paper)}, "
+                     "speed-up over LayerNorm in brackets, (T_LN - T_X) / T_LN.  ")
+    if page.time:
+        unit = time_unit(paper) if paper else "1k steps"
+        unit = unit if unit in STEPS_PER_UNIT else "1k steps"
+        lines.append(f"Our time: seconds per {unit} from `s_per_1k_steps` (device-synchronized step time, "
+                     "evaluation excluded), speed-up computed the same way.  ")
+    lines.append("Ours: mean ± sample std over seeds (one value: a single run); \"runs\" counts completed runs; "
+                 f"a row whose every run diverged reads \"{FAILS}\", as in the paper.")
+    lines.append("")
+    render = page.render or render_comparison
+    lines += render(page, runs, groups, paper)
+    for figure in page.figures:
+        path = figure_paths.get(figure)
+        if path is not None:
+            lines += ["", f"![{figure}]({Path(os.path.relpath(path, md_dir)).as_posix()})"]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file in the same directory and rename: readers never see half a page."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; a report is for everyone to read
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

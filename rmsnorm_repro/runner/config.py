@@ -1,0 +1,155 @@
+"""Checks of a composed run config, the resume guard, and secret scrubbing.
+
+Everything here turns bad input into a `ConfigError` whose message is one line: what is wrong and
+what to do. The entry point prints it without a traceback.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+SCHEDULES = ("constant", "inverse_sqrt", "linear_decay")
+OPTIMIZERS = ("adam", "adamw")
+# keys that may change between a run and its resume (the step budget) or that do not touch the
+# numbers (where the logs go)
+RESUMABLE_CHANGES = ("train.steps", "train.max_minutes", "logger")
+SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"}
+REDACTED = "<redacted>"
+
+
+class ConfigError(ValueError):
+    """Bad user input: reported as one line, exit code 2, no traceback."""
+
+
+def _get(cfg: DictConfig, key: str) -> Any:
+    return OmegaConf.select(cfg, key, throw_on_missing=False)
+
+
+def _int(cfg: DictConfig, key: str, minimum: int) -> None:
+    value = _get(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {value!r}")
+
+
+def _number(cfg: DictConfig, key: str, low: float, high: float = math.inf, optional: bool = False,
+            low_open: bool = False) -> None:
+    value = _get(cfg, key)
+    if value is None and optional:
+        return
+    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
+    if not bad:
+        bad = value <= low if low_open else value < low
+        bad = bad or value > high
+    if bad:
+        bracket = "(" if low_open else "["
+        allowed = f"a number in {bracket}{low:g}, {high:g}]" if high < math.inf else f"a number {'>' if low_open else '>='} {low:g}"
+        raise ConfigError(f"{key} must be {allowed}{' or null' if optional else ''}, got {value!r}")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Check the keys every task shares; the task and norm factories check their own."""
+    for key in ("task.name", "norm.name", "data.name"):
+        if not isinstance(_get(cfg, key), str):
+            raise ConfigError(f"{key} is missing: choose one with {key.split('.')[0]}=<name>")
+    _int(cfg, "seed", 0)
+    _int(cfg, "train.steps", 1)
+    _int(cfg, "train.batch_size", 1)
+    for key in ("train.eval_every", "train.log_every", "train.checkpoint_every"):
+        _int(cfg, key, 1)
+    _number(cfg, "train.max_minutes", 0.0, optional=True, low_open=True)
+    _number(cfg, "norm.p", 0.0, 1.0, low_open=True)
+    if _get(cfg, "optim.name") not in OPTIMIZERS:
+        raise ConfigError(f"optim.name={_get(cfg, 'optim.name')!r} is unknown; choose one of: {', '.join(OPTIMIZERS)}")
+    _number(cfg, "optim.lr", 0.0, low_open=True)
+    _number(cfg, "optim.eps", 0.0)
+    _number(cfg, "optim.weight_decay", 0.0)
+    _number(cfg, "optim.clip", 0.0, optional=True, low_open=True)
+    betas = _get(cfg, "optim.betas")
+    if betas is None or len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {betas!r}")
+    if _get(cfg, "optim.schedule.name") not in SCHEDULES:
+        raise ConfigError(f"optim.schedule.name={_get(cfg, 'optim.schedule.name')!r} is unknown; "
+                          f"choose one of: {', '.join(SCHEDULES)}")
+    _int(cfg, "optim.schedule.warmup_steps", 0)
+    _number(cfg, "optim.schedule.decay_start", 0.0, 1.0)
+    _number(cfg, "optim.schedule.beta1_after_decay", 0.0, 1.0, optional=True)
+    device = str(_get(cfg, "device"))
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise ConfigError(f"device={device!r} is unknown; choose auto, cpu, cuda or cuda:<index>")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={device} but CUDA is not available here; use device=auto or device=cpu")
+
+
+def check_data_root(cfg: DictConfig) -> None:
+    """A real data set (anything but synthetic) needs its files where data.root points."""
+    data = cfg.data
+    if data.name == "synthetic" or data.get("root") is None or data.get("download", False):
+        return
+    if not Path(str(data.root)).exists():
+        hint = ", or data.download=true where there is network" if "download" in data else ""
+        raise ConfigError(f"data.root={data.root} does not exist: put the {data.name} files there "
+                          f"or point data.root at them{hint}")
+
+
+# Resume guard ----------------------------------------------------------------------------------
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def config_differences(saved: dict, new: dict) -> list[str]:
+    """Keys whose values differ between two resolved configs, ignoring RESUMABLE_CHANGES."""
+    a, b = _flatten(saved), _flatten(new)
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        if any(key == k or key.startswith(k + ".") for k in RESUMABLE_CHANGES):
+            continue
+        if a.get(key, "<absent>") != b.get(key, "<absent>"):
+            diffs.append(f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}")
+    return diffs
+
+
+# Secrets ---------------------------------------------------------------------------------------
+def is_secret_key(key: str) -> bool:
+    """wandb_api_key, HF_TOKEN, apiKey: yes; max_tokens, batch_tokens: no (whole words only)."""
+    return any(word in SECRET_WORDS for word in re.split(r"[_.\-]", str(key).lower()))
+
+
+def _secret_values() -> list[str]:
+    """Values of secret-looking environment variables (e.g. WANDB_API_KEY), to redact wherever they appear."""
+    return [v for k, v in os.environ.items() if is_secret_key(k) and len(v) >= 8]
+
+
+def scrub(node: Any, secrets: list[str] | None = None) -> Any:
+    """A copy of a plain config tree with secret-looking keys and known secret values redacted."""
+    secrets = _secret_values() if secrets is None else secrets
+    if isinstance(node, dict):
+        return {k: REDACTED if is_secret_key(k) else scrub(v, secrets) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [scrub(v, secrets) for v in node]
+    if isinstance(node, str):
+        # `key=value` strings (Hydra's override lists) carry secrets too
+        node = re.sub(r"([\w.+~-]+)=([^,\s]*)",
+                      lambda m: f"{m[1]}={REDACTED}" if is_secret_key(m[1].lstrip("+~")) else m[0], node)
+        for s in secrets:
+            node = node.replace(s, REDACTED)
+    return node
+
+
+def scrub_yaml_file(path: Path) -> None:
+    """Rewrite one of Hydra's own .hydra/*.yaml files without secrets (they hold the raw overrides)."""
+    if path.exists():
+        tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        OmegaConf.save(OmegaConf.create(scrub(tree)), path)

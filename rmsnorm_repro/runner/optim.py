@@ -1,0 +1,61 @@
+"""Adam and the learning-rate schedules of the paper's tasks, built from `optim.*`.
+
+Every schedule is a pure function of the step (LambdaLR), so a resumed run recomputes it from the
+checkpointed step; its state_dict goes into the checkpoint anyway.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+import torch
+from omegaconf import DictConfig
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], optim: DictConfig) -> torch.optim.Optimizer:
+    cls = torch.optim.AdamW if optim.name == "adamw" else torch.optim.Adam
+    return cls(params, lr=float(optim.lr), betas=tuple(float(b) for b in optim.betas),
+               eps=float(optim.eps), weight_decay=float(optim.weight_decay))
+
+
+def lr_factor(schedule: DictConfig, total_steps: int) -> Callable[[int], float]:
+    """Multiplier of optim.lr for (0-based) step s.
+
+    constant:     1, after an optional linear warm-up.
+    inverse_sqrt: the Transformer's: linear warm-up to 1 at warmup_steps, then sqrt(warmup / step).
+    linear_decay: 1 until decay_start * total_steps, then linear to 0 at total_steps (CIFAR).
+    """
+    name, warmup = schedule.name, int(schedule.warmup_steps)
+    decay_from = int(float(schedule.decay_start) * total_steps)
+
+    def warm(s: int) -> float:
+        return min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0
+
+    if name == "constant":
+        return warm
+    if name == "inverse_sqrt":
+        return lambda s: warm(s) * math.sqrt(max(warmup, 1) / max(s + 1, warmup, 1))
+    return lambda s: warm(s) * min(1.0, max(0.0, (total_steps - s) / max(total_steps - decay_from, 1)))
+
+
+def build_schedule(optimizer: torch.optim.Optimizer, optim: DictConfig, total_steps: int) -> LambdaLR:
+    return LambdaLR(optimizer, lr_factor(optim.schedule, total_steps))
+
+
+def beta1_switch(optimizer: torch.optim.Optimizer, optim: DictConfig, total_steps: int) -> Callable[[int], None]:
+    """Salimans & Kingma's CIFAR protocol lowers Adam's beta1 when the lr decay starts.
+
+    Returns f(step) to call before each optimizer step; a no-op unless beta1_after_decay is set.
+    """
+    beta1 = optim.schedule.beta1_after_decay
+    if beta1 is None or optim.schedule.name != "linear_decay":
+        return lambda step: None
+    decay_from = int(float(optim.schedule.decay_start) * total_steps)
+
+    def apply(step: int) -> None:
+        if step >= decay_from:
+            for group in optimizer.param_groups:
+                group["betas"] = (float(beta1), group["betas"][1])
+
+    return apply

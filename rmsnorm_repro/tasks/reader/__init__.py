@@ -1,0 +1,1 @@
+"""task=reader: the bidirectional LSTM attentive reader on CNN cloze questions."""

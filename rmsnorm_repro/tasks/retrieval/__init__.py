@@ -1,0 +1,1 @@
+"""task=retrieval: order embeddings for COCO image-caption retrieval."""

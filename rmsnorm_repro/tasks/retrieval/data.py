@@ -1,0 +1,138 @@
+"""Image-caption data: the order-embedding COCO layout, or generated images and captions.
+
+A split holds N images (feature vectors) and 5N captions, captions 5i .. 5i+4 describing image i,
+exactly like ivendrov/order-embedding's `{split}_caps.txt` (one tokenized caption per line) and
+`{split}_ims.npy` ((N, 4096) VGG19 10-crop fc7 features; scripts/extract_coco_features.py builds it).
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
+
+CAPTIONS_PER_IMAGE = 5
+PAD, UNK = "<pad>", "<unk>"
+COCO_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
+
+
+@dataclass
+class Split:
+    captions: list[Tensor]  # 5N token-id tensors
+    images: Tensor  # (N, feature_dim) float32
+
+
+@dataclass
+class RetrievalData:
+    vocab: list[str]  # id -> word; 0 is padding
+    splits: dict[str, Split]  # "train", "valid", "test"
+
+    @property
+    def feature_dim(self) -> int:
+        return self.splits["train"].images.shape[1]
+
+
+def pad_captions(captions: list[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
+    """Token ids (B, T) and mask (B, T), True on real tokens."""
+    tokens = pad_sequence(captions, batch_first=True).long().to(device)
+    return tokens, tokens != 0
+
+
+def _encoder(vocab: list[str]):
+    ids = {w: i for i, w in enumerate(vocab)}
+    return lambda words: torch.tensor([ids.get(w, 1) for w in words] or [1], dtype=torch.int32)
+
+
+# Real data: COCO in the order-embedding layout ------------------------------------------------------
+def read_coco_split(root: Path, name: str) -> tuple[list[list[str]], np.ndarray]:
+    """(captions as lowercased word lists, image features) of one split; checks the 5-per-image layout."""
+    caps_path, ims_path = root / f"{name}_caps.txt", root / f"{name}_ims.npy"
+    for path in (caps_path, ims_path):
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"data=coco: {path} not found; set data.root to a folder with {{train,dev,test}}_caps.txt and "
+                "{train,dev,test}_ims.npy (build the .npy files with scripts/extract_coco_features.py)"
+            )
+    captions = [line.lower().split() for line in caps_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    images = np.load(ims_path)
+    if images.ndim != 2 or len(captions) != CAPTIONS_PER_IMAGE * images.shape[0]:
+        raise ValueError(
+            f"data=coco: {caps_path.name} has {len(captions)} captions but {ims_path.name} has shape "
+            f"{images.shape}; want {CAPTIONS_PER_IMAGE} consecutive captions per image row"
+        )
+    return captions, images
+
+
+def load_coco(data_cfg: Mapping[str, Any]) -> RetrievalData:
+    """All three splits; vocabulary from training captions (data.vocab_size most frequent, null: all);
+    data.max_len cuts captions after that many words."""
+    if not data_cfg.get("root"):
+        raise ValueError("data=coco needs data.root: the folder with {train,dev,test}_caps.txt and _ims.npy")
+    root = Path(str(data_cfg["root"])).expanduser()
+    raw = {split: read_coco_split(root, name) for split, name in COCO_SPLITS.items()}
+    max_len = data_cfg.get("max_len")
+    counts = Counter(w for caption in raw["train"][0] for w in caption)
+    ranked = sorted(counts, key=lambda w: (-counts[w], w))
+    size = data_cfg.get("vocab_size")
+    vocab = [PAD, UNK] + (ranked if size is None else ranked[: max(int(size) - 2, 0)])
+    encode = _encoder(vocab)
+    splits = {
+        split: Split([encode(c[:max_len]) for c in captions], torch.from_numpy(np.asarray(images, dtype=np.float32)))
+        for split, (captions, images) in raw.items()
+    }
+    return RetrievalData(vocab, splits)
+
+
+# Generated data -----------------------------------------------------------------------------------
+def synthetic_retrieval(sizes: Mapping[str, Any]) -> RetrievalData:
+    """Images and captions from one latent structure: each image shows a few objects.
+
+    An image's features are the sum of its objects' fixed random prototypes plus noise; each of its
+    five captions names a random subset of those objects in random order ("a obj3 near a obj7"),
+    so matching a caption to its image means recovering the object set from both sides. Fixed by
+    task.synthetic.seed.
+    """
+    n_obj, per_image = int(sizes["objects"]), int(sizes["objects_per_image"])
+    min_named, dim, noise = int(sizes["min_named"]), int(sizes["feature_dim"]), float(sizes["noise"])
+    if not 1 <= min_named <= per_image <= n_obj:
+        raise ValueError("task.synthetic: need 1 <= min_named <= objects_per_image <= objects")
+    connectors = ["and", "with", "near", "on", "beside"]
+    vocab = [PAD, UNK, "a"] + connectors + [f"obj{i}" for i in range(n_obj)]
+    encode = _encoder(vocab)
+    generator = torch.Generator().manual_seed(int(sizes["seed"]))
+    prototypes = torch.randn(n_obj, dim, generator=generator)
+
+    splits = {}
+    for split in ("train", "valid", "test"):
+        rng = random.Random(f"retrieval-{sizes['seed']}-{split}")
+        n_images = int(sizes[f"{split}_images"])
+        objects = [rng.sample(range(n_obj), per_image) for _ in range(n_images)]
+        presence = torch.zeros(n_images, n_obj)
+        for row, objs in enumerate(objects):
+            presence[row, objs] = 1.0
+        images = presence @ prototypes + noise * torch.randn(n_images, dim, generator=generator)
+        captions = []
+        for objs in objects:
+            for _ in range(CAPTIONS_PER_IMAGE):
+                named = rng.sample(objs, rng.randint(min_named, per_image))
+                words = ["a", f"obj{named[0]}"]
+                for o in named[1:]:
+                    words += [rng.choice(connectors), "a", f"obj{o}"]
+                captions.append(encode(words))
+        splits[split] = Split(captions, images)
+    return RetrievalData(vocab, splits)
+
+
+def load_retrieval_data(cfg: Any) -> RetrievalData:
+    name = cfg.data.name
+    if name == "coco":
+        return load_coco(cfg.data)
+    if name == "synthetic":
+        return synthetic_retrieval(cfg.task.synthetic)
+    raise ValueError(f"task=retrieval reads data=synthetic or data=coco, not data={name}")

@@ -1,0 +1,92 @@
+"""Order-violation errors, the contrastive hinge loss, and Recall@K (ivendrov/order-embedding).
+
+errors[c, i] = ||max(0, s_c - im_i)||^2 for caption c and image i: 0 when the caption lies below
+the image in the order (captions are abstractions of images), larger the more it violates it.
+Lower is better everywhere below.
+
+Two retrieval directions, named as in the paper's Table 7:
+- caption retrieval (`caption_*`): query an image, rank all captions; the rank is that of the
+  image's best-ranked own caption (ivendrov's i2t).
+- image retrieval (`image_*`): query a caption, rank all images; the rank is that of its image (t2i).
+R@K is the percentage of queries ranked < K (0-based), medr = floor(median rank) + 1 and
+meanr = mean rank + 1 (1-based, like ivendrov's code).
+
+Ties are counted PESSIMISTICALLY: a wrong candidate whose error equals the right one's ranks
+before it. The reference code's argsort breaks ties by array order, which can make a collapsed
+model (all errors equal, e.g. every embedding clipped to 0) look perfect; counting ties against
+the model makes such a model score at the bottom, never above chance.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .data import CAPTIONS_PER_IMAGE
+
+CHUNK_ELEMENTS = 1 << 24  # bound on the (captions, images, dim) broadcast: 64 MiB of float32
+
+
+def order_violation(s: Tensor, im: Tensor) -> Tensor:
+    """(C, D) captions, (I, D) images -> (C, I) errors, in caption chunks to bound memory."""
+    rows = max(1, CHUNK_ELEMENTS // max(1, im.shape[0] * im.shape[1]))
+    return torch.cat([(c.unsqueeze(1) - im.unsqueeze(0)).clamp_min(0).pow(2).sum(-1) for c in s.split(rows)])
+
+
+def contrastive_loss(errors: Tensor, margin: float) -> Tensor:
+    """Hinge over all in-batch negatives in both directions, summed (ivendrov's loss).
+
+    errors (B, B) of caption b against image b'; the diagonal holds the matching pairs.
+    """
+    positive = errors.diagonal()
+    wrong_caption = (margin - errors + positive.unsqueeze(0)).clamp_min(0)  # per image (column): other captions
+    wrong_image = (margin - errors + positive.unsqueeze(1)).clamp_min(0)  # per caption (row): other images
+    off_diagonal = ~torch.eye(errors.shape[0], dtype=torch.bool, device=errors.device)
+    return ((wrong_caption + wrong_image) * off_diagonal).sum()
+
+
+def ranks(errors: Tensor, per_image: int = CAPTIONS_PER_IMAGE) -> tuple[Tensor, Tensor]:
+    """0-based pessimistic ranks: (caption retrieval, one per image; image retrieval, one per caption)."""
+    n_caps, n_ims = errors.shape
+    if n_caps != per_image * n_ims:
+        raise ValueError(f"want {per_image} captions per image, got {n_caps} captions for {n_ims} images")
+    owner = torch.arange(n_caps, device=errors.device) // per_image
+    own = owner.unsqueeze(1) == torch.arange(n_ims, device=errors.device).unsqueeze(0)  # (C, I)
+    # image retrieval: wrong images at most as bad as the caption's own image (its own counts itself once)
+    positive = errors.gather(1, owner.unsqueeze(1))
+    image_ranks = (errors <= positive).sum(1) - 1
+    # caption retrieval: wrong captions at most as bad as the image's best own caption
+    best_own = errors.masked_fill(~own, float("inf")).min(0).values
+    caption_ranks = ((errors <= best_own.unsqueeze(0)) & ~own).sum(0)
+    return caption_ranks, image_ranks
+
+
+def summarize(rank: Tensor, prefix: str) -> dict[str, float]:
+    rank = rank.double()
+    metrics = {f"{prefix}_r{k}": 100.0 * float((rank < k).double().mean()) for k in (1, 5, 10)}
+    metrics[f"{prefix}_medr"] = float(torch.quantile(rank, 0.5).floor()) + 1.0  # numpy's median, then floor
+    metrics[f"{prefix}_meanr"] = float(rank.mean()) + 1.0
+    return metrics
+
+
+def recall_metrics(errors: Tensor) -> dict[str, float]:
+    caption_ranks, image_ranks = ranks(errors)
+    return {**summarize(caption_ranks, "caption"), **summarize(image_ranks, "image")}
+
+
+def fold_metrics(captions: Tensor, images: Tensor, n_folds: int) -> dict[str, float]:
+    """Metrics averaged over n_folds equal folds of images (with their captions), plus rsum.
+
+    The paper's protocol: a 5000-image test set in 5 folds of 1000 images / 5000 captions.
+    """
+    n_ims = images.shape[0]
+    if n_ims % n_folds:
+        raise ValueError(f"{n_ims} images do not split into {n_folds} equal folds")
+    size = n_ims // n_folds
+    folds = [
+        recall_metrics(order_violation(captions[f * size * CAPTIONS_PER_IMAGE : (f + 1) * size * CAPTIONS_PER_IMAGE],
+                                       images[f * size : (f + 1) * size]))
+        for f in range(n_folds)
+    ]
+    metrics = {key: sum(fold[key] for fold in folds) / n_folds for key in folds[0]}
+    metrics["rsum"] = sum(metrics[f"{side}_r{k}"] for side in ("caption", "image") for k in (1, 5, 10))
+    return metrics

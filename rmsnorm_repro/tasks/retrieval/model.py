@@ -1,0 +1,39 @@
+"""Order embeddings (Vendrov et al. 2016) for image-caption retrieval, as in ivendrov/order-embedding.
+
+    s  = |l2norm(GRU(embed(caption))_last)|     the GRU has the paper's four norms per step
+    im = |l2norm(W image_features + b)|          a linear map of the 4096-d VGG features
+
+Both sides live on the non-negative unit sphere; a caption matches an image when it lies below it
+coordinate-wise (metrics.order_violation). Init as in ivendrov's code: word embedding N(0, 0.01),
+image map Xavier, GRU the Nematus way (its own init).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ...nn.gru import NormGRU
+from ...norms import Normalization
+
+
+class OrderEmbedding(nn.Module):
+    def __init__(self, vocab_size: int, feature_dim: int, norms: Normalization, word_dim: int, dim: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
+        self.encoder = NormGRU(word_dim, dim, norms)
+        self.image_proj = norms.linear(feature_dim, dim)
+        with torch.no_grad():
+            nn.init.normal_(self.embed.weight, 0.0, 0.01)
+            self.embed.weight[0].zero_()
+            nn.init.xavier_uniform_(self.image_proj.weight)
+            self.image_proj.bias.zero_()
+
+    def encode_captions(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        """(B, T) token ids with mask -> (B, dim) non-negative unit vectors."""
+        _, last = self.encoder(self.embed(tokens), mask)
+        return F.normalize(last, dim=-1).abs()
+
+    def encode_images(self, features: Tensor) -> Tensor:
+        """(B, feature_dim) -> (B, dim) non-negative unit vectors."""
+        return F.normalize(self.image_proj(features), dim=-1).abs()

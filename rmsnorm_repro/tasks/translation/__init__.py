@@ -1,0 +1,1 @@
+"""Machine translation (paper section on WMT14 En-De): data, models, decoding, BLEU, tasks."""

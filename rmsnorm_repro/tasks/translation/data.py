@@ -1,0 +1,296 @@
+"""Parallel corpora (synthetic, text, multi30k, wmt14), subword encoding and length-bucketed batches.
+
+`load_corpus` turns the data config into raw sentences: {train, valid, tests{name: split}}.
+`TranslationData` trains/loads the joint BPE vocabulary, encodes every split once (cached under
+paths.cache_dir), drops training pairs over the length limit and cuts the training set into
+length buckets. `train_batch(step, rank, world_size)` is a pure function of (seed, step): the
+batches of epoch e are the fixed buckets in the order of a permutation seeded by (seed, e).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from . import synthetic
+from .vocab import BOS, EOS, PAD, Vocab, build_vocab, corpus_hash
+
+Pair = tuple[list[str], list[str]]  # (source sentences, target sentences), aligned
+
+
+@dataclass
+class Corpus:
+    train: Pair
+    valid: Pair
+    tests: dict[str, Pair]          # metric prefix -> split, e.g. {"test14": ..., "test17": ...}
+    info: dict[str, str] = field(default_factory=dict)  # provenance worth recording (test variant)
+
+
+# Loaders ------------------------------------------------------------------------------------
+
+def load_corpus(cfg: Mapping[str, Any]) -> Corpus:
+    """Raw sentences for the run's data config (cfg is the whole run config)."""
+    data = cfg["data"]
+    name = data["name"]
+    if name == "synthetic":
+        s = synthetic.generate(cfg["task"]["synthetic"])
+        return Corpus(s["train"], s["valid"], {"test": s["test"]}, {"data": "synthetic"})
+    if name == "text":
+        return _text_corpus(data)
+    if name == "multi30k":
+        return _multi30k(data, cfg["paths"])
+    if name == "wmt14":
+        return _wmt14(data, cfg["paths"])
+    raise ValueError(f"data={name} is not a translation data set; choose synthetic, text, multi30k or wmt14")
+
+
+def read_lines(root: str | os.PathLike, split: str, lang: str) -> list[str]:
+    """<root>/<split>.<lang>, plain or .gz; one sentence per line (trailing newline stripped)."""
+    base = Path(os.path.expanduser(str(root))) / f"{split}.{lang}"
+    for path, opener in ((base, open), (base.with_name(base.name + ".gz"), gzip.open)):
+        if path.exists():
+            with opener(path, "rt", encoding="utf-8") as f:
+                return [line.rstrip("\r\n") for line in f]
+    raise FileNotFoundError(f"missing {base}[.gz]: check data.root, data.src/data.tgt and the split names")
+
+
+def _text_pair(root: str, split: str, src: str, tgt: str) -> Pair:
+    s, t = read_lines(root, split, src), read_lines(root, split, tgt)
+    if len(s) != len(t):
+        raise ValueError(f"{root}/{split}: {len(s)} {src} lines but {len(t)} {tgt} lines; files must be aligned")
+    return s, t
+
+
+def _test_splits(data: Mapping[str, Any]) -> list[str]:
+    test = data.get("test") or []
+    return [test] if isinstance(test, str) else list(test)
+
+
+def _text_corpus(data: Mapping[str, Any]) -> Corpus:
+    root = data.get("root")
+    if not root:
+        raise ValueError(f"data={data['name']} needs data.root: a folder with <split>.<lang>[.gz] files")
+    src, tgt = data["src"], data["tgt"]
+    splits = _test_splits(data)
+    # One test split is reported as test_bleu; several as <split>_bleu each.
+    tests = {("test" if len(splits) == 1 else s): _text_pair(root, s, src, tgt) for s in splits}
+    return Corpus(_text_pair(root, data["train"], src, tgt), _text_pair(root, data["valid"], src, tgt), tests,
+                  {"data": f"text:{root}"})
+
+
+def _multi30k(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
+    if data.get("root"):
+        return _text_corpus(data)
+    import datasets
+
+    try:
+        hub = datasets.load_dataset("bentrevett/multi30k", cache_dir=str(Path(paths["data_dir"]) / "hf"))
+    except Exception as e:  # offline, hub down: say what to do instead
+        raise RuntimeError(f"data=multi30k: cannot load 'bentrevett/multi30k' from the hub ({type(e).__name__}); "
+                           "set data.root to a folder of train/val .en/.de[.gz] text files") from e
+    src, tgt = data["src"], data["tgt"]
+    pair = lambda d: (list(d[src]), list(d[tgt]))  # noqa: E731
+    return Corpus(pair(hub["train"]), pair(hub["validation"]), {"test": pair(hub["test"])}, {"data": "hub:bentrevett/multi30k"})
+
+
+def _wmt14(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
+    """WMT14 de-en from a saved copy of the hub set (data.root), downloading it once when absent.
+
+    Hub splits: train (4.5M), validation = newstest2013, test = newstest2014 full (3003 lines, the
+    hub's version, not sacrebleu's 2737-line filtered "wmt14"). Test17 = sacrebleu's "wmt17" en-de,
+    stored as newstest2017.<lang> text next to the saved set.
+    """
+    import datasets
+
+    root = Path(os.path.expanduser(str(data.get("root") or Path(paths["data_dir"]) / "wmt14")))
+    if not (root / "dataset_dict.json").exists():
+        try:
+            hub = datasets.load_dataset("wmt/wmt14", "de-en", cache_dir=str(Path(paths["data_dir"]) / "hf"))
+        except Exception as e:
+            raise RuntimeError(f"data=wmt14: no saved copy in {root} and the hub is unreachable ({type(e).__name__}); "
+                               "run `make data-wmt14` where there is network, or set data.root") from e
+        hub.save_to_disk(str(root))  # later runs load this copy offline
+    ds = datasets.load_from_disk(str(root))
+    src, tgt = data["src"], data["tgt"]
+
+    def pair(split: str) -> Pair:
+        rows = ds[split]["translation"]
+        return [r[src] for r in rows], [r[tgt] for r in rows]
+
+    if not (root / f"newstest2017.{src}").exists():
+        fetch_test17(root)
+    test14 = pair("test")
+    info = {"data": f"wmt14:{root}", "test14": f"newstest2014 full ({len(test14[0])} lines, hub wmt/wmt14 de-en)",
+            "test17": "newstest2017 (sacrebleu wmt17 en-de)"}
+    return Corpus(pair("train"), pair("validation"), {"test14": test14, "test17": _text_pair(root, "newstest2017", src, tgt)}, info)
+
+
+def fetch_test17(root: Path) -> None:
+    """Store sacrebleu's wmt17 en-de source/reference as <root>/newstest2017.{en,de} (needs network once)."""
+    from sacrebleu.utils import get_reference_files, get_source_file
+
+    try:
+        files = {"en": get_source_file("wmt17", "en-de"), "de": get_reference_files("wmt17", "en-de")[0]}
+    except Exception as e:
+        raise RuntimeError(f"data=wmt14: newstest2017 is not in {root} and sacrebleu cannot download it "
+                           f"({type(e).__name__}); run `make data-wmt14` where there is network") from e
+    root.mkdir(parents=True, exist_ok=True)
+    for lang, path in files.items():
+        (root / f"newstest2017.{lang}").write_text(Path(path).read_text(encoding="utf-8"), encoding="utf-8")
+
+
+# Encoded splits -----------------------------------------------------------------------------
+
+class Encoded:
+    """One split as flat int32 token arrays + offsets (millions of sentences stay compact)."""
+
+    def __init__(self, src: list[list[int]], tgt: list[list[int]]):
+        self.src, self.src_off = _flatten(src)
+        self.tgt, self.tgt_off = _flatten(tgt)
+
+    def __len__(self) -> int:
+        return len(self.src_off) - 1
+
+    @property
+    def src_len(self) -> np.ndarray:
+        return np.diff(self.src_off)
+
+    @property
+    def tgt_len(self) -> np.ndarray:
+        return np.diff(self.tgt_off)
+
+    def src_ids(self, i: int) -> np.ndarray:
+        return self.src[self.src_off[i]: self.src_off[i + 1]]
+
+    def tgt_ids(self, i: int) -> np.ndarray:
+        return self.tgt[self.tgt_off[i]: self.tgt_off[i + 1]]
+
+    def state(self) -> dict[str, Tensor]:
+        return {k: torch.from_numpy(getattr(self, k)) for k in ("src", "src_off", "tgt", "tgt_off")}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Tensor]) -> "Encoded":
+        obj = cls.__new__(cls)
+        for k, v in state.items():
+            setattr(obj, k, v.numpy())
+        return obj
+
+
+def _flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    off = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in seqs], out=off[1:])
+    flat = np.fromiter((i for s in seqs for i in s), dtype=np.int32, count=int(off[-1]))
+    return flat, off
+
+
+def collate(enc: Encoded, idx: Sequence[int], device: torch.device | str = "cpu") -> dict[str, Tensor]:
+    """Right-padded batch: src = x EOS, tgt_in = BOS y, tgt_out = y EOS; masks True on real tokens."""
+    b = len(idx)
+    s_len = np.array([enc.src_off[i + 1] - enc.src_off[i] for i in idx]) + 1
+    t_len = np.array([enc.tgt_off[i + 1] - enc.tgt_off[i] for i in idx]) + 1
+    src = np.full((b, int(s_len.max())), PAD, dtype=np.int64)
+    tgt_in = np.full((b, int(t_len.max())), PAD, dtype=np.int64)
+    tgt_out = np.full_like(tgt_in, PAD)
+    for r, i in enumerate(idx):
+        x, y = enc.src_ids(i), enc.tgt_ids(i)
+        src[r, : len(x)], src[r, len(x)] = x, EOS
+        tgt_in[r, 0], tgt_in[r, 1: len(y) + 1] = BOS, y
+        tgt_out[r, : len(y)], tgt_out[r, len(y)] = y, EOS
+    t = {k: torch.from_numpy(v) for k, v in (("src", src), ("tgt_in", tgt_in), ("tgt_out", tgt_out))}
+    t["src_mask"], t["tgt_mask"] = t["src"] != PAD, t["tgt_out"] != PAD
+    return {k: v.to(device) for k, v in t.items()}
+
+
+def make_buckets(src_len: np.ndarray, tgt_len: np.ndarray, by: str, size: int) -> list[np.ndarray]:
+    """Cut sentences sorted by (source, target) length into batches of similar length.
+
+    by="sentences": `size` sentences each; by="tokens": as many sentences as fit `size` padded
+    tokens, counting max(source, target) + 1 per sentence (fairseq's max_tokens rule).
+    """
+    order = np.lexsort((tgt_len, src_len))
+    if by == "sentences":
+        return [order[i: i + size] for i in range(0, len(order), size)]
+    if by != "tokens":
+        raise ValueError(f"task.batching must be 'sentences' or 'tokens', got {by!r}")
+    cost = np.maximum(src_len, tgt_len)[order] + 1
+    if cost.max() > size:
+        raise ValueError(f"train.batch_tokens={size} is smaller than the longest sentence ({cost.max()} tokens)")
+    buckets, start, longest = [], 0, 0
+    for i, c in enumerate(cost):
+        longest = max(longest, c)
+        if longest * (i + 1 - start) > size:
+            buckets.append(order[start:i])
+            start, longest = i, c
+    buckets.append(order[start:])
+    return buckets
+
+
+# The data of one run ------------------------------------------------------------------------
+
+class TranslationData:
+    """Vocabulary, encoded splits and the deterministic training batch schedule of one run."""
+
+    def __init__(self, cfg: Mapping[str, Any], batching: str, batch_size: int):
+        corpus = load_corpus(cfg)
+        self.info = corpus.info
+        data, paths = cfg["data"], cfg["paths"]
+        key = corpus_hash(*corpus.train)
+        cache = Path(os.path.expanduser(str(paths["cache_dir"])))
+        vocab_size = int(cfg["task"]["synthetic"]["vocab_size"] if data["name"] == "synthetic" else data["vocab_size"])
+        self.vocab: Vocab = build_vocab(*corpus.train, vocab_size=vocab_size, cache_dir=cache, corpus_key=key)
+        vocab_key = hashlib.sha256(Path(self.vocab.model_file).read_bytes()).hexdigest()[:16]
+        self.max_len = int(cfg["task"]["max_len"])
+
+        train = self._encode(corpus.train, cache / "tokenized" / f"{key[:16]}-{vocab_key}.pt")
+        keep = np.flatnonzero((train.src_len <= self.max_len) & (train.tgt_len <= self.max_len)
+                              & (train.src_len > 0) & (train.tgt_len > 0))
+        if len(keep) == 0:
+            raise ValueError(f"no training pair has 1..{self.max_len} subwords per side; raise task.max_len")
+        self.train = train if len(keep) == len(train) else _subset(train, keep)
+        self.valid_text, self.valid = corpus.valid, Encoded(*map(self.vocab.encode, corpus.valid))
+        self.tests = {name: (pair, Encoded(*map(self.vocab.encode, pair))) for name, pair in corpus.tests.items()}
+
+        self.seed = int(cfg["seed"])
+        self.buckets = make_buckets(self.train.src_len, self.train.tgt_len, batching, int(batch_size))
+
+    def _encode(self, pair: Pair, path: Path) -> Encoded:
+        if path.exists():
+            return Encoded.from_state(torch.load(path, weights_only=True))
+        enc = Encoded(self.vocab.encode(pair[0]), self.vocab.encode(pair[1]))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        torch.save(enc.state(), tmp)
+        os.replace(tmp, path)
+        return enc
+
+    def batch_indices(self, step: int) -> np.ndarray:
+        """Sentence indices of the global batch of `step`: bucket perm_e[step mod n], e = epoch."""
+        n = len(self.buckets)
+        epoch, pos = divmod(int(step), n)
+        perm = np.random.default_rng([self.seed, epoch]).permutation(n)
+        return self.buckets[perm[pos]]
+
+    def train_batch(self, step: int, rank: int = 0, world_size: int = 1, device: torch.device | str = "cpu") -> dict[str, Tensor]:
+        idx = self.batch_indices(step)
+        if len(idx) < world_size:
+            raise ValueError(f"a batch of {len(idx)} sentences cannot be split over {world_size} ranks; raise the batch size")
+        return collate(self.train, idx[rank::world_size], device)
+
+
+def _subset(enc: Encoded, keep: np.ndarray) -> Encoded:
+    return Encoded([enc.src_ids(i).tolist() for i in keep], [enc.tgt_ids(i).tolist() for i in keep])
+
+
+def eval_batches(enc: Encoded, batch_size: int, device: torch.device | str = "cpu") -> Iterator[tuple[np.ndarray, dict[str, Tensor]]]:
+    """(original indices, batch) over a split, sorted by length so little padding is decoded."""
+    order = np.argsort(enc.src_len, kind="stable")
+    for i in range(0, len(order), batch_size):
+        idx = order[i: i + batch_size]
+        yield idx, collate(enc, idx, device)

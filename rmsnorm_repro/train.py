@@ -1,0 +1,91 @@
+"""Hydra entry point: `python -m rmsnorm_repro.train task=convpool norm=rmsnorm` (or `rmsnorm-train`).
+
+    python -m rmsnorm_repro.train task=convpool norm=rmsnorm scale=mini seed=2
+    python -m rmsnorm_repro.train -m task=convpool norm=none,layernorm,rmsnorm seed=1,2
+    python -m rmsnorm_repro.train -m launcher=joblib hydra.launcher.n_jobs=4 norm=layernorm,rmsnorm
+
+Bad input (an unknown option, p outside (0, 1], a missing data root, ...) ends in one line on
+stderr and exit code 2; HYDRA_FULL_ERROR=1 shows the traceback instead. A diverged run is a
+result, not an error: exit code 0, so a sweep goes on. SIGINT/SIGTERM checkpoint and exit 128+signal.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from .runner import ConfigError, run
+from .runner.config import scrub_yaml_file
+
+
+class RunFailed(Exception):
+    """A job's bad input, already reported on stderr (in a multirun Hydra re-raises it at the end)."""
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+def _job(cfg: DictConfig) -> None:
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    if hydra_cfg.output_subdir:  # Hydra's copies of the config hold the raw overrides: no secrets there
+        for name in ("config.yaml", "overrides.yaml", "hydra.yaml"):
+            scrub_yaml_file(run_dir / hydra_cfg.output_subdir / name)
+    try:
+        summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"))
+    except ConfigError as e:
+        if os.environ.get("RMSNORM_FULL_ERROR") == "1":
+            raise
+        print(f"error: {one_line(str(e))}", file=sys.stderr, flush=True)
+        if hydra_cfg.mode == RunMode.RUN:
+            raise SystemExit(2) from None  # past Hydra's own "Error executing job" report
+        raise RunFailed(str(e)) from None  # a multirun goes on; Hydra re-raises this at its end
+    if summary["status"] == "interrupted":
+        raise SystemExit(128 + signal.Signals[summary["interrupted_by"]].value)
+
+
+def one_line(message: str) -> str:
+    """Hydra's messages span lines ("Available options in 'norm':" + one option per line)."""
+    parts, options = [], []
+    for line in (s.strip() for s in message.splitlines()):
+        if line.startswith("Config search path"):
+            break
+        if not line:
+            continue
+        if parts and parts[-1].endswith(":"):
+            options.append(line)
+            continue
+        if options:
+            parts[-1] += " " + ", ".join(options)
+            options = []
+        parts.append(line)
+    if options:
+        parts[-1] += " " + ", ".join(options)
+    return re.sub(r"^In '[\w/]+': ", "", "; ".join(parts))
+
+
+def main() -> None:
+    # Let Hydra's exceptions reach us (instead of its multi-line report) unless the user asks for them.
+    full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    os.environ["RMSNORM_FULL_ERROR"] = "1" if full_error else "0"
+    try:
+        _job()
+    except RunFailed:
+        sys.exit(2)
+    except (HydraException, OmegaConfBaseException) as e:
+        if full_error:
+            raise
+        print(f"error: {one_line(str(e))}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Compose configs like `python -m rmsnorm_repro.train` does, and run the CLI in a subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs"
+SEARCHPATH = f"hydra.searchpath=[file://{Path(__file__).resolve().parent / 'configs'}]"
+
+
+def compose_cfg(overrides: list[str], hydra_node: bool = False):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose("train", overrides=[SEARCHPATH, *overrides], return_hydra_config=hydra_node)
+
+
+def tiny(tmp_path: Path, *overrides: str):
+    """The tiny task's config, writing under tmp_path."""
+    return compose_cfg(["task=tiny", f"paths.runs_dir={tmp_path}", *overrides])
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled", HYDRA_FULL_ERROR="0",
+               PYTHONPATH=os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]))
+    env.update(extra)
+    return env
+
+
+def cli_args(*overrides: str) -> list[str]:
+    return [sys.executable, "-m", "rmsnorm_repro.train", SEARCHPATH, *overrides]
+
+
+def cli(*overrides: str, env: dict[str, str] | None = None, cwd: Path = REPO, timeout: float = 120):
+    return subprocess.run(cli_args(*overrides), env=env or cli_env(), cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def read_summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())

@@ -1,0 +1,132 @@
+"""`python -m rmsnorm_repro.train` as a user runs it: exit codes, one-line errors, SIGKILL/SIGTERM and
+resume, multiruns (basic and joblib launchers), wandb offline without leaking secrets, convpool.
+
+Each test is one to three subprocesses of the tiny task (tests/runner_fixtures); the in-process
+behaviour is in test_runner.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rmsnorm_repro.runner import checkpoint, run
+from runner_fixtures.helpers import REPO, cli, cli_args, cli_env, read_metrics, read_summary, tiny
+
+
+def _stderr_lines(proc) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    # Hydra's own composition error (an unknown group option), made one line
+    (["task=tiny", "norm=nosuch"], "error: Could not find 'norm/nosuch'; Available options in 'norm': batchnorm, l2norm, layernorm,"),
+    # the runner's checks
+    (["task=tiny", "norm=prmsnorm", "norm.p=1.5"], "error: norm.p must be a number in (0, 1], got 1.5"),
+    (["task=tiny", "task.class_path=runner_fixtures.tiny_task:TinyStrictTask", "data=tinyreal", "paths.data_dir=/nonexistent"],
+     "error: data.root=/nonexistent/tinyreal does not exist"),
+])
+def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, overrides, message):
+    proc = cli(*overrides, f"paths.runs_dir={tmp_path}")
+    assert proc.returncode == 2, proc.stderr
+    assert len(_stderr_lines(proc)) == 1 and _stderr_lines(proc)[0].startswith(message), proc.stderr
+    assert not list(tmp_path.rglob("summary.json")) and not list(tmp_path.rglob("config.yaml"))[1:]
+
+
+def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended early: {proc.stderr.read()}")
+        try:
+            if any(r["step"] >= step for r in read_metrics(run_dir)):
+                return
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        time.sleep(0.01)
+    raise AssertionError(f"step {step} not reached in {timeout} s")
+
+
+def test_sigkill_sigterm_and_resume_end_like_an_uninterrupted_run(tmp_path):
+    overrides = ["task=tiny", "train.steps=60", "train.log_every=1", "train.checkpoint_every=10", "train.eval_every=20"]
+    reference = run(tiny(tmp_path / "ref", *overrides), tmp_path / "ref" / "run")
+
+    args = cli_args(*overrides, "task.sleep_ms=15", f"paths.runs_dir={tmp_path}")
+    run_dir = tmp_path / "tiny" / "synthetic-mini" / "rmsnorm-p1.0-s1"
+    ckpt = run_dir / "checkpoints" / "last.pt"
+
+    # 1. SIGKILL after the first checkpoint, with logged steps past it
+    proc = subprocess.Popen(args, env=cli_env(), cwd=REPO, stderr=subprocess.PIPE, text=True)
+    _wait_for_step(run_dir, 15, proc)
+    proc.kill()
+    proc.wait()
+    killed_at = max(r["step"] for r in read_metrics(run_dir))
+    saved = checkpoint.load(ckpt)["step"]
+    assert saved % 10 == 0 and saved < killed_at and not (run_dir / "summary.json").exists()
+
+    # 2. the same command resumes; SIGTERM checkpoints, writes status interrupted and exits 128 + 15
+    proc = subprocess.Popen(args, env=cli_env(), cwd=REPO, stderr=subprocess.PIPE, text=True)
+    _wait_for_step(run_dir, saved + 15, proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    interrupted = read_summary(run_dir)
+    assert interrupted["status"] == "interrupted" and interrupted["interrupted_by"] == "SIGTERM"
+    assert checkpoint.load(ckpt)["step"] == interrupted["steps"] > saved + 10
+    assert [r["step"] for r in read_metrics(run_dir)] == list(range(1, interrupted["steps"] + 1))
+
+    # 3. and again, to the end: one metrics line per step, the same numbers as never interrupted
+    proc = subprocess.run(args, env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    resumed = read_summary(run_dir)
+    assert resumed["status"] == "completed" and resumed["steps"] == 60
+    lines = read_metrics(run_dir)
+    assert [r["step"] for r in lines] == list(range(1, 61))
+    assert [r["loss"] for r in lines] == [r["loss"] for r in read_metrics(tmp_path / "ref" / "run")]
+    assert resumed["final"] == reference["final"] and resumed["best"] == reference["best"]
+
+
+def test_multirun_goes_on_after_a_diverged_run(tmp_path):
+    proc = cli("-m", "task=tiny", "optim.lr=1e30,0.01", "norm=none", "train.steps=10", f"paths.runs_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr
+    sweep = tmp_path / "multirun" / "tiny" / "synthetic-mini"
+    statuses = {d.name: read_summary(d)["status"] for d in sweep.iterdir() if d.is_dir()}
+    assert statuses == {"norm=none,optim.lr=1e+30": "diverged", "norm=none,optim.lr=0.01": "completed"}
+
+
+def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
+    proc = cli("-m", "launcher=joblib", "task=tiny", "seed=1,2", "train.steps=5", f"paths.runs_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr
+    summaries = [json.loads(p.read_text()) for p in sorted(tmp_path.rglob("summary.json"))]
+    assert [(s["seed"], s["status"]) for s in summaries] == [(1, "completed"), (2, "completed")]
+    assert "JoblibLauncher" in proc.stdout + proc.stderr
+
+
+def test_wandb_offline_run_keeps_secrets_out_of_every_file(tmp_path):
+    key, literal = "fake-wandb-key-0123456789", "literal-secret-value"
+    env = cli_env(WANDB_API_KEY=key, WANDB_CONFIG_DIR=str(tmp_path / "wcfg"), WANDB_CACHE_DIR=str(tmp_path / "wcache"),
+                  WANDB_DATA_DIR=str(tmp_path / "wdata"), WANDB_SILENT="true")
+    env.pop("WANDB_MODE")  # logger.mode null and no WANDB_MODE: offline by default
+    proc = cli("task=tiny", "logger=wandb", "train.steps=5", f"paths.runs_dir={tmp_path}",
+               f"+extra.token={literal}", "+logger.api_key=${oc.env:WANDB_API_KEY}", env=env)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = tmp_path / "tiny" / "synthetic-mini" / "rmsnorm-p1.0-s1"
+    assert read_summary(run_dir)["status"] == "completed"
+    assert list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    leaks = [p for p in tmp_path.rglob("*") if p.is_file() and (key.encode() in p.read_bytes() or literal.encode() in p.read_bytes())]
+    assert leaks == []
+
+
+@pytest.mark.skipif(not (REPO / "rmsnorm_repro" / "tasks" / "convpool" / "task.py").exists(), reason="convpool task not here yet")
+def test_convpool_runs_through_the_cli(tmp_path):
+    proc = cli("task=convpool", "norm=prmsnorm", "train.steps=4", "train.eval_every=2", "train.batch_size=8",
+               "task.synthetic.train_size=64", "task.synthetic.test_size=32", "task.train_error_size=32",
+               "task.eval_batch_size=32", f"paths.runs_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    assert (summary["task"], summary["norm"], summary["p"], summary["status"]) == ("convpool", "prmsnorm", 0.125, "completed")
+    assert 0 <= summary["final"]["error"] <= 1 and summary["step_ms_median"] > 0

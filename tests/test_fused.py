@@ -1,0 +1,237 @@
+"""Fused RMSNorm paths (norms/fused) against the reference formulas, and the impl selection.
+
+The CPU extension is built once per machine (cached under ~/.cache/torch_extensions); where it
+cannot be built, the kernel tests skip with the reason and the fallback tests still run.
+"""
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from rmsnorm_repro.norms import RMSNorm, build_normalization, fused
+from rmsnorm_repro.norms import functional as fn
+from rmsnorm_repro.norms.fused import cpu
+
+DT = torch.float64
+
+
+@pytest.fixture(scope="module")
+def ext():
+    module = cpu.load()
+    if module is None:
+        pytest.skip("fused CPU kernel could not be built here (no C++ compiler or ninja; see the warning)")
+    return module
+
+
+def make(shape, p, bias, weight=True, seed=0, dtype=DT):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g, dtype=dtype)
+    d = shape[-1]
+    w = (1 + 0.5 * torch.randn(d, generator=g, dtype=dtype)).requires_grad_() if weight else None
+    b = torch.randn(d, generator=g, dtype=dtype).requires_grad_() if bias else None
+    return x, w, b
+
+
+def forward_backward(x, w, b, p, eps, eps_inside, impl, dy_seed=1):
+    x = x.detach().clone().requires_grad_()
+    y = fn.rms_norm(x, w, b, p, eps, eps_inside, impl=impl)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(dy_seed), dtype=DT).to(y.dtype)
+    inputs = [t for t in (x, w, b) if t is not None]
+    return [y, *torch.autograd.grad(y, inputs, dy)]
+
+
+SHAPES = {
+    "2d": (7, 33),           # k = ceil(33 p) is no integer multiple of anything
+    "3d": (2, 3, 20),
+    "dim1": (5, 1),
+    "wide": (3, 300),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+@pytest.mark.parametrize("p", [1.0, 0.3, 0.0625])
+@pytest.mark.parametrize("eps_inside", [False, True])
+@pytest.mark.parametrize("affine", ["gain", "gain+bias", "none"])
+def test_fused_equals_reference_float64(ext, shape, p, eps_inside, affine):
+    x, w, b = make(shape, p, bias="bias" in affine, weight=affine != "none")
+    fast = forward_backward(x, w, b, p, 1e-5, eps_inside, "fused")
+    ref = forward_backward(x, w, b, p, 1e-5, eps_inside, "reference")
+    for a, r in zip(fast, ref):
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+
+
+def test_non_contiguous_input(ext):
+    x, w, b = make((40, 6), 1.0, bias=True)
+    xt = x.t()  # (6, 40), strided
+    assert not xt.is_contiguous()
+    for a, r in zip(forward_backward(xt, None, None, 0.5, 1e-8, False, "fused"),
+                    forward_backward(xt, None, None, 0.5, 1e-8, False, "reference")):
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("eps_inside", [False, True])
+@pytest.mark.parametrize("p", [1.0, 0.4])
+def test_gradcheck_fused_op(ext, p, eps_inside):
+    x, w, b = make((4, 10), p, bias=True)
+    x.requires_grad_()
+    k = fn.partial_k(10, p)
+    assert torch.autograd.gradcheck(lambda x, w, b: ext.rms_norm(x, w, b, k, 1e-3, eps_inside), (x, w, b))
+
+
+@pytest.mark.parametrize("eps_inside", [False, True])
+def test_zero_rows(ext, eps_inside):
+    """A row whose statistic is 0 (e.g. h0 = 0 in a GRU): finite, exact, and still differentiable."""
+    x, w, b = make((4, 12), 0.5, bias=True)
+    x[1] = 0.0
+    x[2, :6] = 0.0  # statistic zero (k = 6) but the tail is not
+    fast = forward_backward(x, w, b, 0.5, 1e-3, eps_inside, "fused")
+    ref = forward_backward(x, w, b, 0.5, 1e-3, eps_inside, "reference")
+    for a, r in zip(fast, ref):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+    # eps = 1 keeps the finite differences around the non-smooth point small enough to check.
+    x.requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, w, b: ext.rms_norm(x, w, b, 6, 1.0, eps_inside), (x, w, b), atol=1e-5)
+
+
+def test_partial_statistic_ignores_features_past_k(ext):
+    x, w, _ = make((3, 16), 0.25, bias=False)
+    k = fn.partial_k(16, 0.25)
+    changed = x.clone()
+    changed[:, k:] = 100 * torch.randn(3, 16 - k, dtype=DT)
+    y, y2 = (fn.rms_norm(t, w, None, 0.25, impl="fused") for t in (x, changed))
+    torch.testing.assert_close(y2[:, :k], y[:, :k], rtol=0, atol=0)
+    # the tail is scaled by the same statistic
+    torch.testing.assert_close(y2[:, k:] / changed[:, k:], y[:, k:] / x[:, k:], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 3e-2)])
+def test_low_precision_close_to_float64(ext, dtype, tol):
+    x, w, b = make((6, 64), 1.0, bias=True)
+    ref = forward_backward(x, w, b, 1.0, 1e-8, False, "reference")
+    fast = forward_backward(x.to(dtype), w.detach().to(dtype).requires_grad_(), b.detach().to(dtype).requires_grad_(),
+                            1.0, 1e-8, False, "fused")
+    for a, r in zip(fast, ref):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.double(), r, rtol=tol, atol=tol * r.abs().max().item())
+
+
+def test_threads_do_not_change_the_result(ext):
+    """dgain comes from per-chunk partial sums; chunking over rows must match the 1-thread result."""
+    x, w, b = make((64, 1024), 1.0, bias=True)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = forward_backward(x, w, b, 1.0, 1e-8, False, "fused")
+        torch.set_num_threads(2)
+        two = forward_backward(x, w, b, 1.0, 1e-8, False, "fused")
+    finally:
+        torch.set_num_threads(before)
+    for a, r in zip(one, two):
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+
+
+def test_auto_selects_the_fused_kernel_and_logs_it_once(ext, caplog):
+    norms = build_normalization("rmsnorm", {"impl": "auto", "eps": 1e-8})
+    layer = norms.act(32).double()
+    x = torch.randn(4, 32, dtype=DT)
+    with caplog.at_level(logging.INFO, logger="rmsnorm_repro.norms.fused"):
+        y = layer(x)
+        layer(x)
+    assert norms.describe()["impl_used"] == "fused-cpu"
+    assert fused.resolve("auto", "cpu") == "fused-cpu"
+    if fused.implementations_used("auto") == ["fused-cpu"] and caplog.records:
+        # the line is logged on the first use in the process: at most once here
+        assert sum("fused-cpu" in r.getMessage() for r in caplog.records) <= 1
+    torch.testing.assert_close(y, fn.rms_norm(x, layer.weight, None, 1.0, 1e-8), rtol=1e-12, atol=1e-12)
+
+
+def test_channels_norm_uses_the_selected_impl(ext):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, dtype=DT)
+    fast = build_normalization("prmsnorm", {"p": 0.25, "impl": "fused"}).channels(3).double()
+    ref = build_normalization("prmsnorm", {"p": 0.25, "impl": "reference"}).channels(3).double()
+    torch.testing.assert_close(fast(x), ref(x), rtol=1e-12, atol=1e-12)
+
+
+def test_reference_impl_and_bad_impl():
+    assert fused.resolve("reference", "cpu") == "reference"
+    layer = RMSNorm(8, impl="reference")
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(layer(x), fn.rms_norm(x, layer.weight))
+    assert build_normalization("rmsnorm", {"impl": "reference"}).describe()["impl_used"] == "reference"
+    with pytest.raises(ValueError, match="norm.impl must be one of"):
+        RMSNorm(8, impl="fast")
+    with pytest.raises(ValueError, match="norm.impl must be one of"):
+        build_normalization("rmsnorm", {"impl": "cuda"})
+
+
+def test_mixed_dtypes_take_the_reference(ext):
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    w = torch.ones(8)  # float32 gain with bf16 activations (autocast): torch promotes
+    y = fn.rms_norm(x, w, impl="fused")
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, fn.rms_norm(x, w))
+
+
+def test_missing_compiler_falls_back_with_a_warning(monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    with pytest.warns(UserWarning, match=r"no C\+\+ compiler found.*reference"):
+        assert cpu.load.__wrapped__() is None
+    # what a machine without a compiler sees from here on
+    monkeypatch.setattr(cpu, "load", lambda: None)
+    monkeypatch.setattr(fused, "_used", {})
+    fused.resolve.cache_clear()
+    try:
+        assert fused.resolve("auto", "cpu") == "reference"
+        assert fused.resolve("fused", "cpu") == "reference"
+        x = torch.randn(3, 8)
+        torch.testing.assert_close(fn.rms_norm(x, None, impl="auto"), fn.rms_norm(x, None))
+        assert build_normalization("rmsnorm", {"impl": "auto"}).describe()["impl_used"] == "reference"
+    finally:
+        fused.resolve.cache_clear()
+
+
+def test_failing_build_falls_back_with_a_warning(monkeypatch, tmp_path):
+    monkeypatch.setenv("CXX", "false")  # a "compiler" that exists and always fails
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    with pytest.warns(UserWarning, match="failed.*reference"):
+        assert cpu.load.__wrapped__() is None
+
+
+TRITON_CHECK = textwrap.dedent("""
+    import json, torch
+    from rmsnorm_repro.norms import functional as fn
+    from rmsnorm_repro.norms.fused import triton_rmsnorm as T
+    worst = 0.0
+    for shape, p, eps_inside, affine in [((5, 33), 1.0, False, 2), ((2, 3, 20), 0.3, True, 1), ((4, 1), 1.0, False, 0),
+                                         ((6, 12), 0.5, False, 2), ((6, 12), 0.0625, True, 2)]:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(*shape, generator=g, dtype=torch.float64)
+        x[0] = 0.0  # a zero row
+        d = shape[-1]
+        w = torch.randn(d, generator=g, dtype=torch.float64).requires_grad_() if affine else None
+        b = torch.randn(d, generator=g, dtype=torch.float64).requires_grad_() if affine == 2 else None
+        dy = torch.randn(*shape, generator=g, dtype=torch.float64)
+        outs = []
+        for run in (lambda x: T.rms_norm(x, w, b, fn.partial_k(d, p), 1e-3, eps_inside),
+                    lambda x: fn.rms_norm(x, w, b, p, 1e-3, eps_inside)):
+            xi = x.clone().requires_grad_()
+            y = run(xi)
+            outs.append([y, *torch.autograd.grad(y, [t for t in (xi, w, b) if t is not None], dy)])
+        worst = max([worst] + [(a - r).abs().max().item() for a, r in zip(*outs)])
+    print(json.dumps({"max_abs_err": worst}))
+""")
+
+
+def test_triton_kernel_under_interpreter():
+    pytest.importorskip("triton", reason="Triton is not installed (it ships with CUDA builds of torch)")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", TRITON_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["max_abs_err"] < 1e-12

@@ -1,0 +1,217 @@
+"""The report: aggregation over seeds, speed-ups, "fails to train", pages, figures and the CLI.
+
+Every test writes small run directories in the DESIGN.md format ("Outputs of one run") with known
+numbers, so the expected aggregates are computed by hand here, not by the code under test.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rmsnorm_repro.report import aggregate, figures, tables
+from rmsnorm_repro.report.__main__ import main as report_main
+
+ENV = {"torch": "2.14.1", "device": "cpu", "cpu": "Test CPU 9000", "threads": 1, "impl": "fused"}
+
+
+def write_run(root: Path, task: str, norm: str, seed: int, *, p: float = 1.0, status: str = "completed",
+              s_per_1k: float = 10.0, final: dict | None = None, best: dict | None = None, steps: int = 100,
+              curve: dict[str, list[float]] | None = None, model: dict | None = None, env: dict | None = None) -> Path:
+    """One run directory as the runner writes it: config.yaml, metrics.jsonl, summary.json."""
+    run = root / f"{task}-{norm}-p{p}-s{seed}-{abs(hash(json.dumps(model, sort_keys=True))) % 1000}"
+    run.mkdir(parents=True)
+    config = {"seed": seed, "task": {"name": task, "model": model or {"hidden": 8}}, "norm": {"name": norm, "p": p},
+              "data": {"name": "synthetic"}, "scale": {"name": "mini"}, "paths": {"runs_dir": str(root)},
+              "train": {"steps": steps, "batch_size": 4}}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    lines = []
+    for i, step in enumerate(range(10, steps + 1, 10)):
+        line = {"step": step, "wall_s": step * s_per_1k / 1000, "loss": 5.0 / (1 + i), "step_ms": s_per_1k}
+        for name, values in (curve or {}).items():
+            if i < len(values):
+                line[name] = values[i]
+        lines.append(json.dumps(line))
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    summary = {"task": task, "norm": norm, "p": p, "seed": seed, "status": status, "steps": steps,
+               "step_ms_median": s_per_1k, "step_ms_mean": s_per_1k, "s_per_1k_steps": s_per_1k,
+               "final": final or {}, "best": best or {}, "env": env or ENV}
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def write_fake_runs(root: Path) -> Path:
+    """A small rnnsearch + transformer + convpool sweep with hand-picked numbers (used by the notebook test)."""
+    bleu_curve = [1.0, 5.0, 9.0, 12.0, 14.0]
+    for seed, (ln_bleu, rms_bleu) in zip((1, 2), ((20.0, 21.0), (22.0, 21.0))):
+        write_run(root, "rnnsearch", "none", seed, s_per_1k=400 + seed, final={"test_bleu": 15.0 + seed},
+                  best={"bleu": 14.0}, curve={"bleu": [b * 0.8 for b in bleu_curve]})
+        write_run(root, "rnnsearch", "layernorm", seed, s_per_1k=660 + 10 * seed, final={"test_bleu": ln_bleu},
+                  best={"bleu": 19.0}, curve={"bleu": bleu_curve})
+        write_run(root, "rnnsearch", "rmsnorm", seed, s_per_1k=500 + seed, final={"test_bleu": rms_bleu},
+                  best={"bleu": 20.0}, curve={"bleu": bleu_curve})
+        write_run(root, "rnnsearch", "prmsnorm", seed, p=0.0625, s_per_1k=490, final={"test_bleu": 20.5},
+                  best={"bleu": 20.0}, curve={"bleu": bleu_curve})
+        write_run(root, "transformer", "none", seed, status="diverged", s_per_1k=210, steps=30)
+        write_run(root, "transformer", "layernorm", seed, s_per_1k=248, final={"test_bleu": 26.0})
+        write_run(root, "convpool", "rmsnorm", seed, s_per_1k=31, final={"error": 9.0, "train_error": 2.0},
+                  curve={"train_error": [50.0, 30.0, 10.0], "error": [55.0, 35.0, 15.0]})
+    # Table 5 statistics, one rnnsearch seed each
+    for run in aggregate.load_runs(root):
+        if run.task == "rnnsearch" and run.seed == 1:
+            summary = run.summary
+            summary["final"].update({f"table5_{w}_{k}": (3.0 if run.norm == "none" else 1.5) * (1 if w == "std" else -1)
+                                     for w in ("mean", "std") for k in ("1", "2", "3", "4", "all")})
+            (run.path / "summary.json").write_text(json.dumps(summary))
+    return root
+
+
+@pytest.fixture
+def fake_runs(tmp_path: Path) -> Path:
+    return write_fake_runs(tmp_path / "runs")
+
+
+def test_stat_is_mean_and_sample_std():
+    stat = aggregate.Stat.of([1.0, 2.0, 6.0])
+    assert stat.n == 3 and stat.mean == pytest.approx(3.0)
+    assert stat.std == pytest.approx(math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (6 - 3) ** 2) / 2))
+    assert aggregate.Stat.of([4.0]) == aggregate.Stat(4.0, 0.0, 1)
+    assert aggregate.Stat.of([None, float("nan")]) is None
+
+
+def test_groups_average_over_seeds_and_speedup_is_the_papers(fake_runs: Path):
+    groups = {(g.task, g.norm): g for g in aggregate.group_runs(aggregate.load_runs(fake_runs))}
+    ln, rms = groups["rnnsearch", "layernorm"], groups["rnnsearch", "rmsnorm"]
+    assert len(ln.runs) == 2 and ln.stat("test_bleu") == aggregate.Stat(21.0, statistics.stdev([20.0, 22.0]), 2)
+    assert ln.time().mean == pytest.approx(675.0) and rms.time().mean == pytest.approx(501.5)
+    assert aggregate.speedup(rms.time(), ln.time()) == pytest.approx((675.0 - 501.5) / 675.0)
+    assert groups["rnnsearch", "prmsnorm"].p == 0.0625 and groups["rnnsearch", "prmsnorm"].label == "prmsnorm p=0.0625"
+
+
+def test_diverged_group_fails_to_train_but_keeps_its_time(fake_runs: Path):
+    groups = {(g.task, g.norm): g for g in aggregate.group_runs(aggregate.load_runs(fake_runs))}
+    none = groups["transformer", "none"]
+    assert none.fails_to_train and none.stat("test_bleu") is None
+    assert none.time().mean == pytest.approx(210.0)  # the paper times its failing baseline too
+    assert not groups["transformer", "layernorm"].fails_to_train
+
+
+def test_partly_diverged_group_averages_completed_runs_only(tmp_path: Path):
+    write_run(tmp_path, "reader", "layernorm", 1, final={"error": 0.3})
+    write_run(tmp_path, "reader", "layernorm", 2, final={"error": 0.5})
+    write_run(tmp_path, "reader", "layernorm", 3, status="diverged", final={"error": 0.9})
+    (group,) = aggregate.group_runs(aggregate.load_runs(tmp_path))
+    assert not group.fails_to_train
+    assert group.stat("error").mean == pytest.approx(0.4) and group.stat("error").n == 2
+    assert group.status_note() == "2 of 3 (1 diverged)"
+
+
+def test_swept_config_key_splits_groups(tmp_path: Path):
+    for seed in (1, 2):
+        write_run(tmp_path, "rnnsearch", "layernorm", seed, model={"init_center": 0.0})
+        write_run(tmp_path, "rnnsearch", "layernorm", seed, model={"init_center": 0.2})
+    runs = aggregate.load_runs(tmp_path)
+    assert aggregate.swept_keys(runs) == ["task.model.init_center"]
+    labels = sorted(g.label for g in aggregate.group_runs(runs))
+    assert labels == ["layernorm init_center=0.0", "layernorm init_center=0.2"]
+    assert all(len(g.runs) == 2 for g in aggregate.group_runs(runs))
+
+
+def test_mean_curve_stops_where_a_run_stops(tmp_path: Path):
+    a = write_run(tmp_path, "reader", "rmsnorm", 1, curve={"error": [0.9, 0.5, 0.3]})
+    write_run(tmp_path, "reader", "rmsnorm", 2, curve={"error": [0.7, 0.3]})
+    with open(a / "metrics.jsonl", "a") as f:
+        f.write('{"step": 999, "loss"')  # torn last line of a killed run is skipped
+    runs = aggregate.load_runs(tmp_path)
+    xs, mean, std = aggregate.mean_curve(runs, "error")
+    assert xs == [10, 20] and mean == pytest.approx([0.8, 0.4]) and std[0] == pytest.approx(statistics.stdev([0.9, 0.7]))
+    xs_wall, _, _ = aggregate.mean_curve(runs, "error", x="wall_s")
+    assert xs_wall == pytest.approx([0.1, 0.2])
+
+
+def test_paper_csvs_hold_the_published_numbers():
+    rows = {r["norm"]: r for r in tables.read_paper("table2")}
+    assert (rows["rmsnorm"]["test14"], rows["rmsnorm"]["time_mean"], rows["rmsnorm"]["speedup_pct"]) == ("22.4", "501", "24.7")
+    t4 = {r["norm"]: r for r in tables.read_paper("table4")}
+    assert t4["none"]["note"] == "fails to train" and t4["none"]["test14"] == ""
+    # the published speed-ups follow from the published times, (T_LN - T_X) / T_LN, to the paper's rounding
+    for name, prefix in (("table2", ""), ("table3", "th_"), ("table3", "py_"), ("table4", ""), ("table6", ""),
+                         ("table8", ""), ("table10", "")):
+        paper = {r["norm"]: r for r in tables.read_paper(name)}
+        t_ln = float(paper["layernorm"][prefix + "time_mean"])
+        for norm in ("rmsnorm", "prmsnorm"):
+            expected = 100 * (t_ln - float(paper[norm][prefix + "time_mean"])) / t_ln
+            assert float(paper[norm][prefix + "speedup_pct"]) == pytest.approx(expected, abs=0.6), (name, norm)
+    every = [PathLikeCsv for PathLikeCsv in sorted(tables.PAPER_DIR.glob("table*.csv"))]
+    assert {p.stem for p in every} >= {"table2", "table3", "table4", "table5", "table6", "table7", "table8", "table10"}
+    for path in every:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f))
+        assert header[0] in ("model", "method"), path
+
+
+def test_table2_page_puts_ours_beside_the_paper(fake_runs: Path, tmp_path: Path):
+    runs = aggregate.load_runs(fake_runs)
+    text = tables.render_page("table2", runs, str(fake_runs), {}, tmp_path)
+    assert "Test CPU 9000" in text and "torch=2.14.1" in text and "scale mini" in text and "impl=fused" in text
+    row = next(line for line in text.splitlines() if line.startswith("| RMSNorm |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # model, runs, Test14 paper, ours, Test17 paper, ours, time paper, ours
+    assert cells[1] == "2" and cells[2] == "22.4" and cells[3] == "21.0 ± 0.0"
+    assert cells[6] == "501 ± 11.8 (24.7%)"
+    assert cells[7] == f"501.5 ± 0.7 ({100 * (675 - 501.5) / 675:.1f}%)"
+    l2 = next(line for line in text.splitlines() if line.startswith("| L2-Norm |"))
+    assert "not run" in l2 and "20.7" in l2
+    assert "| pRMSNorm (p=0.0625) |" in text
+
+
+def test_table4_marks_the_diverged_baseline_fails_to_train(fake_runs: Path, tmp_path: Path):
+    text = tables.render_page("table4", aggregate.load_runs(fake_runs), "runs", {}, tmp_path)
+    row = next(line for line in text.splitlines() if line.startswith("| Baseline |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "0 of 2 (2 diverged)"
+    assert cells[2] == "fails to train" and cells[3] == "fails to train"  # paper and ours
+    assert cells[-1].startswith("210.0 ± 0.0 (")
+
+
+def test_table5_and_table10_pages(fake_runs: Path, tmp_path: Path):
+    runs = aggregate.load_runs(fake_runs)
+    t5 = tables.render_page("table5", runs, "runs", {}, tmp_path)
+    baseline_s = next(line for line in t5.splitlines() if line.startswith("| Baseline | S |"))
+    assert "| 7.35 | 3.00 |" in baseline_s and "| 3.04 | 3.00 |" in baseline_s
+    t10 = tables.render_page("table10", runs, "runs", {}, tmp_path)
+    rms = next(line for line in t10.splitlines() if line.startswith("| RMSNorm |"))
+    assert "| 8.83 | 9.00 ± 0.00 |" in rms and "31 ± 0.5 (20.5%)" in rms
+
+
+def test_unknown_table_and_missing_runs_are_clear_errors(fake_runs: Path, tmp_path: Path, capsys):
+    assert report_main([str(fake_runs), "--table", "table99"]) == 2
+    assert "unknown table 'table99'" in capsys.readouterr().err
+    assert report_main([str(fake_runs), "--table", "table6", "--out", str(tmp_path)]) == 2
+    assert "no reader runs" in capsys.readouterr().err
+    assert report_main([str(tmp_path / "nothing"), "--table", "table2"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_writes_pages_and_figures(fake_runs: Path, tmp_path: Path):
+    out, figs = tmp_path / "tables", tmp_path / "figures"
+    assert report_main([str(fake_runs), "--table", "all", "--out", str(out), "--figures", str(figs)]) == 0
+    written = sorted(p.name for p in out.glob("*.md"))
+    assert "table2.md" in written and "table4.md" in written and "table10.md" in written and "table6.md" not in written
+    assert not list(out.glob(".*"))  # no temporary files left behind
+    for name in ("fig1", "fig2", "table9"):
+        png = figs / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+        assert f"![{name}](../figures/{name}.png)" in "".join(p.read_text() for p in out.glob("*.md"))
+
+
+def test_figure_with_no_data_is_skipped(tmp_path: Path):
+    write_run(tmp_path / "runs", "retrieval", "rmsnorm", 1)  # no rsum logged
+    runs = aggregate.load_runs(tmp_path / "runs")
+    assert figures.draw("fig6", runs, tmp_path / "fig6.png") is None and not (tmp_path / "fig6.png").exists()
+    assert figures.draw("fig5", runs, tmp_path / "fig5.png") is None  # no reader runs at all
