@@ -38,7 +38,7 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, overrides, message
     assert not list(tmp_path.rglob("summary.json")) and not list(tmp_path.rglob("config.yaml"))[1:]
 
 
-def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 90) -> None:
+def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -235,3 +235,26 @@ def test_triton_kernel_under_interpreter():
     out = subprocess.run([sys.executable, "-c", TRITON_CHECK], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1])["max_abs_err"] < 1e-12
+
+
+def test_kernel_bench_smoke(ext):
+    from rmsnorm_repro.bench import kernels
+
+    names = ["torch layer_norm", "torch rms_norm", "suite fused"]
+    rows = kernels.run(shapes=((4, 16),), names=names, rounds=1, min_run_time=0.01)
+    assert {(r["impl"], r["mode"]) for r in rows} == {(n, m) for n in names for m in ("fwd", "fwd+bwd")}
+    for r in rows:
+        assert r["ms"] > 0 and r["gb_s"] > 0
+        if r["impl"] == "torch layer_norm":
+            assert r["vs_layer_norm"] == 1.0
+    assert "| 4x16 | fwd+bwd | suite fused |" in kernels.markdown(rows)
+
+
+def test_step_bench_reads_the_paper_ratios():
+    from rmsnorm_repro.bench import steps
+
+    ratios = steps.paper_ratios("transformer")
+    if not ratios:
+        pytest.skip("results/paper/table4.csv is not in this checkout")
+    assert ratios["Table 4"]["layernorm"] == 1.0
+    assert 0.5 < ratios["Table 4"]["rmsnorm"] < 1.0  # the paper's RMSNorm is faster than its LayerNorm

@@ -267,16 +267,24 @@ def mean_curve(runs: list[Run], metric: str, x: str = "step") -> tuple[list[floa
 
 
 def describe_env(runs: list[Run]) -> str:
-    """Everything the runs' summaries say about the machine, e.g. "torch=2.14.1, device=cpu, ...".
-
-    Values that differ between runs are joined with " | ": a table that mixes machines says so.
+    """What the runs' summaries say about the machine and software, e.g. "torch=2.14.1, device=cpu, ...",
+    then the norm implementation each norm ran with. Values that differ between runs are joined with
+    " | ": a table that mixes machines says so.
     """
     values: dict[str, list[str]] = {}
+    impls: dict[str, list[str]] = {}
     for run in runs:
-        for key, value in (run.summary.get("env") or {}).items():
-            if isinstance(value, dict):  # per-run details (the norm's options), not the machine
+        env = run.summary.get("env") or {}
+        for key, value in env.items():
+            if key in ("norm", "impl"):  # per norm, shown below
                 continue
-            shown = str(value)
-            if shown not in values.setdefault(key, []):
-                values[key].append(shown)
-    return ", ".join(f"{key}={' | '.join(vals)}" for key, vals in values.items()) or "not recorded"
+            if str(value) not in values.setdefault(key, []):
+                values[key].append(str(value))
+        described = env.get("norm") if isinstance(env.get("norm"), dict) else {}
+        impl = described.get("impl_used") or described.get("impl") or env.get("impl")
+        if impl and str(impl) not in impls.setdefault(run.norm, []):
+            impls[run.norm].append(str(impl))
+    text = ", ".join(f"{key}={' | '.join(vals)}" for key, vals in values.items()) or "not recorded"
+    if any(impls.values()):
+        text += "; norm impl: " + ", ".join(f"{norm}={' | '.join(v)}" for norm, v in impls.items() if v)
+    return text

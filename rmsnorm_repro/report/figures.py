@@ -1,19 +1,18 @@
-"""The paper's figures from our runs (matplotlib, Agg backend, PNG).
+"""The paper's figures from our runs (matplotlib, PNG).
 
 Curves are the mean over the completed seeds of a group with a band of +- one std; a diverged run is
-drawn on its own, dashed, with an x where it stopped, so instability stays visible.
+drawn on its own, dashed, with an x where it stopped, so instability stays visible. Figures are
+built with matplotlib.figure.Figure, not pyplot, so drawing needs no display and leaves the backend
+of a notebook that imports this module alone.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from .aggregate import DIVERGED, Group, Run, group_runs, mean_curve  # noqa: E402
+from .aggregate import DIVERGED, Group, Run, group_runs, mean_curve
 
 NORM_COLORS = {"none": "tab:gray", "layernorm": "tab:blue", "rmsnorm": "tab:red", "prmsnorm": "tab:orange",
                "l2norm": "tab:green", "weightnorm": "tab:purple", "batchnorm": "tab:brown"}
@@ -55,7 +54,8 @@ def plot_curves(ax, groups: list[Group], metric: str, x: str = "step") -> bool:
 def _curves_figure(title: str, panels: list[tuple[str, str, str]]) -> Callable[[list[Group], Path], bool]:
     """A figure of side-by-side panels, each (metric, x, panel title)."""
     def draw(groups: list[Group], path: Path) -> bool:
-        fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
+        fig = Figure(figsize=(6 * len(panels), 4.2))
+        axes = fig.subplots(1, len(panels), squeeze=False)
         drawn = False
         for ax, (metric, x, panel_title) in zip(axes[0], panels):
             ax.set_title(panel_title, fontsize=10)
@@ -64,14 +64,14 @@ def _curves_figure(title: str, panels: list[tuple[str, str, str]]) -> Callable[[
         fig.tight_layout()
         if drawn:
             fig.savefig(path, dpi=110)
-        plt.close(fig)
         return drawn
     return draw
 
 
 def _quality_vs_p(groups: list[Group], path: Path) -> bool:
     """Figure 3: best validation BLEU (solid) and test BLEU (dashed) against p, one line per norm."""
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+    fig = Figure(figsize=(6, 4.2))
+    ax = fig.subplots()
     drawn = False
     norms = list(dict.fromkeys(g.norm for g in groups))
     for i, norm in enumerate(norms):
@@ -92,7 +92,6 @@ def _quality_vs_p(groups: list[Group], path: Path) -> bool:
         ax.set_title("Figure 3: BLEU against p")
         fig.tight_layout()
         fig.savefig(path, dpi=110)
-    plt.close(fig)
     return drawn
 
 

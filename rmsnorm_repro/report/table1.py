@@ -36,7 +36,7 @@ OUT_MD = REPO / "results" / "tables" / "table1.md"
 
 N_CASES, N_IN, N_OUT = 16, 24, 32
 DELTA = 3.0  # every re-scaling multiplies by this factor
-EPS = 1e-12
+EPS = 1e-12  # every norm's eps: BatchNorm refuses 0 in training, and 1e-12 moves no cell
 INVARIANT_BELOW = 1e-9  # float64 round-off is ~1e-16; anything this small is an exact invariance
 CHANGED_ABOVE = 1e-2  # a non-invariance must move the output by at least 1%
 

@@ -34,7 +34,8 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 def cli_args(*overrides: str) -> list[str]:
-    return [sys.executable, "-m", "rmsnorm_repro.train", SEARCHPATH, *overrides]
+    flags = [o for o in overrides if o.startswith("-")]  # Hydra's flags (-m) go before the overrides
+    return [sys.executable, "-m", "rmsnorm_repro.train", *flags, SEARCHPATH, *(o for o in overrides if o not in flags)]
 
 
 def cli(*overrides: str, env: dict[str, str] | None = None, cwd: Path = REPO, timeout: float = 120):

@@ -1,0 +1,146 @@
+"""make demo: every table and figure of the paper at scale=mini on synthetic data, offline, on CPU.
+
+    python -m rmsnorm_repro.report.demo                 # train the sweeps, then write the report
+    python -m rmsnorm_repro.report.demo --report-only   # rewrite results/mini/REPORT.md from the runs
+
+One multirun per sweep (one process, so each task imports once), jobs in parallel through the joblib
+launcher, runs under results/mini/runs/<sweep>/ (rerunning resumes: finished runs only re-evaluate).
+The report puts each table beside the paper's, embeds each figure, and says for each of the paper's
+claims whether it holds at this scale (report/claims.py), with the numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import figures as figs
+from . import table1
+from .aggregate import Run, describe_env, load_runs
+from .claims import all_claims
+from .tables import PAGES, REPO, render_page, write_atomic
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str                    # runs directory under <out>/runs
+    experiment: str              # configs/experiment/<experiment>.yaml
+    overrides: tuple[str, ...]   # narrows the preset to the demo's budget
+
+
+# About 40 runs, 12-15 minutes on 2 cores: two seeds where the claims need a noise estimate (RNNSearch,
+# Transformer), one elsewhere; WeightNorm only on ConvPool; four values of p for Figure 3.
+SWEEPS = (
+    Sweep("rnnsearch", "table2", ("norm=none,layernorm,l2norm,rmsnorm,prmsnorm", "seed=1,2")),
+    Sweep("transformer", "table4", ("seed=1,2",)),
+    Sweep("reader", "table6", ("seed=1",)),
+    Sweep("retrieval", "table7", ("seed=1",)),
+    Sweep("convpool", "table9", ("seed=1",)),
+    Sweep("rnnsearch-fig3", "fig3", ("norm.p=0.25,0.5,0.75,1.0",)),
+    Sweep("rnnsearch-fig4", "fig4", ()),
+)
+# report section -> the sweep whose runs it reads
+PAGE_SWEEP = {"table2": "rnnsearch", "table3": "rnnsearch", "table4": "transformer", "table5": "rnnsearch",
+              "table6": "reader", "table7": "retrieval", "table8": "retrieval", "table9": "convpool",
+              "table10": "convpool", "fig1": "rnnsearch", "fig3": "rnnsearch-fig3", "fig4": "rnnsearch-fig4"}
+
+
+def run_sweep(sweep: Sweep, runs_root: Path, logs: Path, jobs: int, max_minutes: float) -> tuple[int, float]:
+    """Train one sweep; its output goes to logs/<name>.log. Returns (exit code, seconds)."""
+    command = [sys.executable, "-m", "rmsnorm_repro.train", "-m", f"experiment={sweep.experiment}", "scale=mini",
+               "data=synthetic", "launcher=joblib", f"hydra.launcher.n_jobs={jobs}",
+               f"hydra.sweep.dir={runs_root / sweep.name}", f"train.max_minutes={max_minutes}", *sweep.overrides]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
+    logs.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(logs / f"{sweep.name}.log", "w") as log:
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    return code, time.perf_counter() - start
+
+
+def _runs(runs_root: Path, sweep: str) -> list[Run]:
+    path = runs_root / sweep
+    return load_runs(path) if path.is_dir() else []
+
+
+def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
+    """results/mini/REPORT.md from the runs under out/runs (figures under out/figures)."""
+    runs_root, fig_dir = out / "runs", out / "figures"
+    runs = {sweep.name: _runs(runs_root, sweep.name) for sweep in SWEEPS}
+    everything = [run for group in runs.values() for run in group]
+    lines = ["# Root Mean Square Layer Normalization: the mini reproduction", "",
+             f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} by `make demo` "
+             f"(`python -m rmsnorm_repro.report.demo`) from {len(everything)} runs under `{runs_root.relative_to(out)}/`.  ",
+             f"Machine: {describe_env(everything)}.", "",
+             "Everything here is scale=mini: models a few hundred times smaller than the paper's, trained for a few "
+             "hundred steps on generated (synthetic) data, on CPU. Absolute numbers are not comparable with the "
+             "paper's; what can be compared is direction: which norm trains, which converges first, which is faster "
+             "per step. Step times on a shared 2-core CPU are noisy, and tiny layers make the norm a small share of "
+             "a step. Reproduce a table at the paper's scale with `make table4 SCALE=paper` (see README)."]
+    if timings:
+        lines += ["", "| sweep | exit code | minutes |", "|---|---|---|"]
+        lines += [f"| {name} | {code} | {seconds / 60:.1f} |" for name, (code, seconds) in timings.items()]
+        lines.append(f"| total | | {sum(s for _, s in timings.values()) / 60:.1f} |")
+
+    lines += ["", "## The paper's claims at mini scale", "", "| claim | at mini scale | numbers |", "|---|---|---|"]
+    claims = all_claims([r for name in ("rnnsearch", "transformer", "reader", "retrieval", "convpool") for r in runs[name]],
+                        runs["rnnsearch-fig3"], runs["rnnsearch-fig4"])
+    lines += [f"| {c.claim} | **{c.verdict}** | {c.numbers} |" for c in claims]
+
+    text, _ = table1.render(table1.compute(), table1.read_paper(), seed=0)
+    lines += ["", text.replace("# Table 1", "## Table 1", 1).rstrip()]
+    embedded: set[str] = set()
+    for name, sweep in PAGE_SWEEP.items():
+        page_runs = runs[sweep]
+        if not [r for r in page_runs if r.task == PAGES[name].task]:
+            lines += ["", f"## {PAGES[name].title}", "", f"No runs: the `{sweep}` sweep produced none (see logs/{sweep}.log)."]
+            continue
+        paths = {}
+        for figure in PAGES[name].figures:
+            if figure not in embedded:  # each figure once, in the first section that shows it
+                paths[figure] = figs.draw(figure, page_runs, fig_dir / f"{figure}.png")
+                embedded.add(figure)
+        lines += ["", render_page(name, page_runs, str((runs_root / sweep).relative_to(out)), paths, out, heading="##").rstrip()]
+    path = out / "REPORT.md"
+    write_atomic(path, "\n".join(lines) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rmsnorm_repro.report.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "mini", help="runs, figures and REPORT.md go here")
+    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (one core each)")
+    parser.add_argument("--max-minutes", type=float, default=3.0, help="wall-clock cap per run (train.max_minutes)")
+    parser.add_argument("--report-only", action="store_true", help="skip training; rewrite the report from the runs")
+    parser.add_argument("--only", nargs="*", default=None, help=f"train only these sweeps: {', '.join(s.name for s in SWEEPS)}")
+    args = parser.parse_args(argv)
+    unknown = set(args.only or ()) - {s.name for s in SWEEPS}
+    if unknown:
+        print(f"demo: unknown sweep(s) {', '.join(sorted(unknown))}; choose from {', '.join(s.name for s in SWEEPS)}",
+              file=sys.stderr)
+        return 2
+    timings: dict[str, tuple[int, float]] = {}
+    if not args.report_only:
+        for sweep in SWEEPS:
+            if args.only is not None and sweep.name not in args.only:
+                continue
+            print(f"demo: training {sweep.name} (experiment={sweep.experiment}) ...", flush=True)
+            code, seconds = run_sweep(sweep, args.out / "runs", args.out / "logs", args.jobs, args.max_minutes)
+            timings[sweep.name] = (code, seconds)
+            print(f"demo: {sweep.name} {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min; "
+                  f"log: {args.out / 'logs' / (sweep.name + '.log')}", flush=True)
+    path = write_report(args.out, timings)
+    print(f"demo: wrote {path}")
+    return 0 if all(code == 0 for code, _ in timings.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

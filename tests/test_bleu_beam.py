@@ -1,0 +1,105 @@
+"""BLEU is sacreBLEU's; beam search is exact where it can be checked; beam 1 is greedy."""
+import itertools
+import math
+
+import pytest
+import sacrebleu
+import torch
+from omegaconf import OmegaConf
+
+from rmsnorm_repro.norms import build_normalization
+from rmsnorm_repro.tasks.translation.beam import beam_search, greedy, max_length
+from rmsnorm_repro.tasks.translation.bleu import corpus_bleu
+from rmsnorm_repro.tasks.translation.transformer import Transformer
+from rmsnorm_repro.tasks.translation.vocab import BOS, EOS
+
+
+def test_bleu_equals_sacrebleu_on_the_same_strings():
+    refs = ["The cat sat on the mat.", "Ein Hund läuft im Park, schnell!", "It's 5 o'clock."]
+    hyps = ["The cat sat on a mat.", "ein Hund läuft im Park schnell!", "It's five o'clock."]
+    score, signature = corpus_bleu(hyps, refs)
+    assert score == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-12)
+    assert 0 < score < 100
+    assert corpus_bleu(refs, refs)[0] == pytest.approx(100.0)
+    # case-sensitive (the lowercase "ein" costs points) and 13a, as the paper
+    assert score < sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score
+    for part in ("nrefs:1", "case:mixed", "tok:13a", "smooth:exp", f"version:{sacrebleu.__version__}"):
+        assert part in signature
+    with pytest.raises(ValueError, match="references"):
+        corpus_bleu(hyps, refs[:2])
+
+
+class TableModel(torch.nn.Module):
+    """A seq2seq 'model' whose next-token log-probabilities are a fixed function of the prefix."""
+
+    def __init__(self, vocab=7, seed=0):
+        super().__init__()
+        self.vocab, self.seed = vocab, seed
+
+    def encode(self, src, src_mask):
+        return {"src_mask": src_mask, "sid": src[:, :1].float()}
+
+    def log_probs(self, sid: float, prefix: tuple) -> torch.Tensor:
+        g = torch.Generator().manual_seed(hash((self.seed, sid, prefix)) % (2 ** 31))
+        logits = torch.randn(self.vocab, generator=g) * 2
+        logits[:3] = -math.inf  # never PAD, UNK or BOS
+        return torch.log_softmax(logits, -1)
+
+    def decode_step(self, state, prev):
+        rows = [self.log_probs(float(s), tuple(p)) for s, p in zip(state["sid"][:, 0].tolist(), prev.tolist())]
+        return torch.stack(rows), state
+
+
+def exhaustive(model: TableModel, sid: float, max_len: int, alpha: float) -> list[int]:
+    """The best hypothesis by score / len**alpha over every token sequence (EOS-ended or max_len)."""
+    best, best_score = None, -math.inf
+    words = range(EOS, model.vocab)
+    for n in range(1, max_len + 1):
+        for seq in itertools.product(words, repeat=n):
+            if EOS in seq[:-1] or (n < max_len and seq[-1] != EOS):
+                continue  # EOS ends a hypothesis; only at max_len may one stop without it
+            score = sum(float(model.log_probs(sid, (BOS, *seq[:i]))[seq[i]]) for i in range(n))
+            if score / n ** alpha > best_score:
+                best, best_score = list(seq), score / n ** alpha
+    return best[:-1] if best[-1] == EOS else best
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_a_wide_beam_finds_the_exhaustive_optimum(alpha):
+    model = TableModel(vocab=7)
+    src = torch.tensor([[11], [12], [13]])
+    mask = torch.ones_like(src, dtype=torch.bool)
+    # 4 real tokens, length <= 3: a beam of 4**3 keeps every hypothesis, so it must be exact
+    got = beam_search(model, src, mask, beam=64, max_len=3, length_penalty=alpha)
+    assert got == [exhaustive(model, float(s), 3, alpha) for s in (11, 12, 13)]
+
+
+def test_beam_beats_greedy_somewhere_and_never_scores_worse():
+    model = TableModel(vocab=9, seed=3)
+    src = torch.arange(20, 40)[:, None]
+    mask = torch.ones_like(src, dtype=torch.bool)
+
+    def score(sid, seq):
+        full = seq + [EOS] if len(seq) < 4 else seq
+        return sum(float(model.log_probs(sid, (BOS, *full[:i]))[full[i]]) for i in range(len(full)))
+
+    g = greedy(model, src, mask, max_len=4)
+    b = beam_search(model, src, mask, beam=5, max_len=4, length_penalty=0.0)
+    gs = [score(float(s), h) for s, h in zip(src[:, 0].tolist(), g)]
+    bs = [score(float(s), h) for s, h in zip(src[:, 0].tolist(), b)]
+    assert all(x >= y - 1e-9 for x, y in zip(bs, gs))
+    assert any(x > y + 1e-6 for x, y in zip(bs, gs))
+
+
+def test_beam_one_equals_greedy_on_a_transformer():
+    torch.manual_seed(0)
+    cfg = OmegaConf.create(dict(encoder_layers=1, decoder_layers=2, d_model=16, ffn_dim=32, heads=2, dropout=0.0,
+                                pre_norm=False, share_embeddings=True, init_center=0.0))
+    m = Transformer(cfg, 30, 0, build_normalization("layernorm")).eval()
+    src = torch.randint(4, 30, (6, 7))
+    mask = torch.arange(7)[None] < torch.tensor([7, 3, 5, 7, 1, 4])[:, None]
+    n = max_length(mask, 1.5, 4)
+    assert n == int(1.5 * 7 + 4)
+    assert beam_search(m, src, mask, beam=1, max_len=n) == greedy(m, src, mask, n)
+    wide = beam_search(m, src, mask, beam=4, max_len=n)
+    assert len(wide) == 6 and all(EOS not in h for h in wide)
