@@ -35,12 +35,15 @@ class RunFailed(Exception):
 def _job(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    if hydra_cfg.output_subdir:  # Hydra's copies of the config hold the raw overrides: no secrets there
+    # Hydra's copies of the config hold the raw overrides: no secrets there
+    if hydra_cfg.output_subdir:
         for name in ("config.yaml", "overrides.yaml", "hydra.yaml"):
             scrub_yaml_file(run_dir / hydra_cfg.output_subdir / name)
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        scrub_yaml_file(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
     try:
         summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"))
-    except ConfigError as e:
+    except (ConfigError, OmegaConfBaseException) as e:  # bad input, or an interpolation that does not resolve
         if os.environ.get("RMSNORM_FULL_ERROR") == "1":
             raise
         print(f"error: {one_line(str(e))}", file=sys.stderr, flush=True)

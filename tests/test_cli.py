@@ -103,7 +103,7 @@ def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     summaries = [json.loads(p.read_text()) for p in sorted(tmp_path.rglob("summary.json"))]
     assert [(s["seed"], s["status"]) for s in summaries] == [(1, "completed"), (2, "completed")]
-    assert "JoblibLauncher" in proc.stdout + proc.stderr
+    assert "Joblib.Parallel(n_jobs=2" in proc.stdout
 
 
 def test_wandb_offline_run_keeps_secrets_out_of_every_file(tmp_path):
@@ -129,4 +129,4 @@ def test_convpool_runs_through_the_cli(tmp_path):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
     assert (summary["task"], summary["norm"], summary["p"], summary["status"]) == ("convpool", "prmsnorm", 0.125, "completed")
-    assert 0 <= summary["final"]["error"] <= 1 and summary["step_ms_median"] > 0
+    assert 0 <= summary["final"]["error"] <= 100 and summary["step_ms_median"] > 0  # error in percent

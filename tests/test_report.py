@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rmsnorm_repro.report import aggregate, figures, tables
+from rmsnorm_repro.report import aggregate, demo, figures, tables
 from rmsnorm_repro.report.__main__ import main as report_main
 
-ENV = {"torch": "2.14.1", "device": "cpu", "cpu": "Test CPU 9000", "threads": 1, "impl": "fused"}
+ENV = {"torch": "2.14.1", "device": "cpu", "device_name": "Test CPU 9000", "threads": 1, "compile": False}
 
 
 def write_run(root: Path, task: str, norm: str, seed: int, *, p: float = 1.0, status: str = "completed",
               s_per_1k: float = 10.0, final: dict | None = None, best: dict | None = None, steps: int = 100,
-              curve: dict[str, list[float]] | None = None, model: dict | None = None, env: dict | None = None) -> Path:
+              curve: dict[str, list[float]] | None = None, model: dict | None = None, env: dict | None = None,
+              loss_scale: float = 1.0) -> Path:
     """One run directory as the runner writes it: config.yaml, metrics.jsonl, summary.json."""
     run = root / f"{task}-{norm}-p{p}-s{seed}-{abs(hash(json.dumps(model, sort_keys=True))) % 1000}"
     run.mkdir(parents=True)
@@ -32,7 +33,7 @@ def write_run(root: Path, task: str, norm: str, seed: int, *, p: float = 1.0, st
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     lines = []
     for i, step in enumerate(range(10, steps + 1, 10)):
-        line = {"step": step, "wall_s": step * s_per_1k / 1000, "loss": 5.0 / (1 + i), "step_ms": s_per_1k}
+        line = {"step": step, "wall_s": step * s_per_1k / 1000, "loss": loss_scale * 5.0 / (1 + i), "step_ms": s_per_1k}
         for name, values in (curve or {}).items():
             if i < len(values):
                 line[name] = values[i]
@@ -40,7 +41,8 @@ def write_run(root: Path, task: str, norm: str, seed: int, *, p: float = 1.0, st
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     summary = {"task": task, "norm": norm, "p": p, "seed": seed, "status": status, "steps": steps,
                "step_ms_median": s_per_1k, "step_ms_mean": s_per_1k, "s_per_1k_steps": s_per_1k,
-               "final": final or {}, "best": best or {}, "env": env or ENV}
+               "final": final or {}, "best": best or {},
+               "env": env or {**ENV, "norm": {"name": norm, "impl_used": "fused-cpu" if "rms" in norm else None}}}
     (run / "summary.json").write_text(json.dumps(summary))
     return run
 
@@ -50,7 +52,7 @@ def write_fake_runs(root: Path) -> Path:
     bleu_curve = [1.0, 5.0, 9.0, 12.0, 14.0]
     for seed, (ln_bleu, rms_bleu) in zip((1, 2), ((20.0, 21.0), (22.0, 21.0))):
         write_run(root, "rnnsearch", "none", seed, s_per_1k=400 + seed, final={"test_bleu": 15.0 + seed},
-                  best={"bleu": 14.0}, curve={"bleu": [b * 0.8 for b in bleu_curve]})
+                  best={"bleu": 14.0}, curve={"bleu": [b * 0.8 for b in bleu_curve]}, loss_scale=1.5)
         write_run(root, "rnnsearch", "layernorm", seed, s_per_1k=660 + 10 * seed, final={"test_bleu": ln_bleu},
                   best={"bleu": 19.0}, curve={"bleu": bleu_curve})
         write_run(root, "rnnsearch", "rmsnorm", seed, s_per_1k=500 + seed, final={"test_bleu": rms_bleu},
@@ -158,7 +160,8 @@ def test_paper_csvs_hold_the_published_numbers():
 def test_table2_page_puts_ours_beside_the_paper(fake_runs: Path, tmp_path: Path):
     runs = aggregate.load_runs(fake_runs)
     text = tables.render_page("table2", runs, str(fake_runs), {}, tmp_path)
-    assert "Test CPU 9000" in text and "torch=2.14.1" in text and "scale mini" in text and "impl=fused" in text
+    assert "device_name=Test CPU 9000" in text and "torch=2.14.1" in text and "scale mini" in text
+    assert "compile=False; norm impl: rmsnorm=fused-cpu, prmsnorm=fused-cpu." in text
     row = next(line for line in text.splitlines() if line.startswith("| RMSNorm |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     # model, runs, Test14 paper, ours, Test17 paper, ours, time paper, ours
@@ -215,3 +218,34 @@ def test_figure_with_no_data_is_skipped(tmp_path: Path):
     runs = aggregate.load_runs(tmp_path / "runs")
     assert figures.draw("fig6", runs, tmp_path / "fig6.png") is None and not (tmp_path / "fig6.png").exists()
     assert figures.draw("fig5", runs, tmp_path / "fig5.png") is None  # no reader runs at all
+
+
+def test_demo_report_states_each_claim_with_numbers(tmp_path: Path):
+    out = tmp_path / "mini"
+    write_fake_runs(out / "runs" / "rnnsearch")
+    for p, bleu in ((0.25, 19.0), (0.5, 20.5), (1.0, 20.0)):
+        write_run(out / "runs" / "rnnsearch-fig3", "rnnsearch", "prmsnorm", 1, p=p, best={"bleu": bleu})
+    write_run(out / "runs" / "rnnsearch-fig4", "rnnsearch", "layernorm", 1, status="diverged", model={"init_center": 0.2})
+    write_run(out / "runs" / "rnnsearch-fig4", "rnnsearch", "rmsnorm", 1, best={"bleu": 12.0}, model={"init_center": 0.2})
+    path = demo.write_report(out, {"rnnsearch": (0, 90.0)})
+    text = path.read_text()
+    claims = {line.split(" | ")[0][2:].replace("\\|", "|"): line for line in text.splitlines()
+              if line.startswith("| ") and "**" in line}
+    assert "**holds** | 6/6 cells match the paper" in claims["Table 1, RMSNorm: invariances as published"]
+    # Baseline loss 1.5x the others': its final (mean of last 3 points) 1.5 * 5 * (1/8 + 1/9 + 1/10) / 3 = 0.840;
+    # the others' 3-point running mean is 5 * (1/5 + 1/6 + 1/7) / 3 = 0.849 at step 70, 0.724 at step 80
+    assert "**holds** | Baseline's final loss 0.840 at step 100; layernorm reaches it at step 80" in \
+        claims["Fig. 1: normalized RNNSearch converges in fewer steps than the Baseline"]
+    noise = claims["rnnsearch: RMSNorm's test BLEU is within seed noise of LayerNorm's"]
+    assert "**holds**" in noise and "\\|difference\\| 0.00 vs 2 standard errors 2.00" in noise
+    assert "**holds** | all 2 Baseline runs diverged" in claims["Table 4: the Transformer without normalization fails to train"]
+    assert "25.7%" in claims["rnnsearch: rmsnorm is faster per step than LayerNorm"]
+    assert "**holds** | none: M -3.00, S 3.00" in next(v for k, v in claims.items() if k.startswith("Table 5"))
+    # p range 1.5 vs 3 x pooled seed std of best valid BLEU in the rnnsearch groups (all 0 here): does not hold
+    assert "**does not hold** | p=0.25: 19.00, p=0.5: 20.50, p=1: 20.00; range 1.50" in claims["Fig. 3: pRMSNorm's BLEU changes little with p"]
+    assert "**holds**" in next(v for k, v in claims.items() if k.startswith("Fig. 4"))
+    assert "| rnnsearch | 0 | 1.5 |" in text  # the sweep's time
+    for section in ("## Table 1", "## Table 2:", "## Table 5:", "## Figure 3:", "## Figure 4:"):
+        assert section in text, section
+    assert "No runs: the `reader` sweep produced none" in text
+    assert text.count("![fig1](figures/fig1.png)") == 1 and (out / "figures" / "fig4.png").exists()

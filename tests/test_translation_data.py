@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from rmsnorm_repro.tasks.translation import synthetic
 from rmsnorm_repro.tasks.translation.data import (
-    Encoded, TranslationData, collate, load_corpus, make_buckets, read_lines,
+    Encoded, TranslationData, collate, load_corpus, make_buckets, read_lines, subset,
 )
 from rmsnorm_repro.tasks.translation.vocab import BOS, EOS, PAD, build_vocab, corpus_hash
 
@@ -202,3 +202,10 @@ def test_train_batches_are_a_pure_function_of_seed_and_step(tmp_path):
     shards = [a.train_batch(7, rank=r, world_size=2) for r in range(2)]
     assert sum(s["src"].shape[0] for s in shards) == full["src"].shape[0]
     assert sum(int(s["tgt_mask"].sum()) for s in shards) == int(full["tgt_mask"].sum())
+
+
+def test_subset_keeps_the_chosen_sentences_in_order():
+    enc = Encoded([[5], [6, 7], [], [8, 9, 10]], [[11, 12], [13], [14], [15]])
+    sub = subset(enc, np.array([3, 1, 2]))
+    assert [sub.src_ids(i).tolist() for i in range(3)] == [[8, 9, 10], [6, 7], []]
+    assert [sub.tgt_ids(i).tolist() for i in range(3)] == [[15], [13], [14]]

@@ -19,7 +19,7 @@ TINY = ["task.synthetic.nouns=8", "task.synthetic.adjectives=4", "task.synthetic
         "task.decode.beam=3"]
 MODELS = {
     "transformer": ["task.model.encoder_layers=1", "task.model.decoder_layers=1", "task.model.d_model=32",
-                    "task.model.ffn_dim=64", "task.model.heads=2", "train.batch_tokens=400", "optim.lr=5e-3"],
+                    "task.model.ffn_dim=64", "task.model.heads=2", "task.model.dropout=0.0", "train.batch_tokens=400", "optim.lr=5e-3"],
     "rnnsearch": ["task.model.emb=24", "task.model.hidden=32", "task.model.dropout=0.0", "train.batch_size=24",
                   "optim.lr=1e-2"],
 }
@@ -74,6 +74,10 @@ def test_norm_none_transformer_runs_and_reports(tmp_path):
     train(task, model, 3)  # an absurd lr: whatever happens, training and evaluation must not crash
     out = task.evaluate(model, "valid")
     assert set(out) == {"bleu", "valid_loss"} and 0 <= out["bleu"] <= 100
+    with torch.no_grad():  # a diverged model (NaN weights) still decodes and scores, near 0
+        model.encoder[0].ffn[0].weight.fill_(float("nan"))
+    out = task.evaluate(model, "valid")
+    assert 0 <= out["bleu"] < 5 and math.isnan(out["valid_loss"])
 
 
 @pytest.mark.parametrize("task_name", ["transformer", "rnnsearch"])
@@ -99,7 +103,7 @@ def test_rnnsearch_end_to_end_with_table5(tmp_path):
     assert task.supported_norms == ("none", "layernorm", "rmsnorm", "prmsnorm", "l2norm", "weightnorm")
     model.eval()
     before = task.evaluate(model, "valid")
-    train(task, model, 120)
+    train(task, model, 60)
     after = task.evaluate(model, "valid")
     assert after["valid_loss"] < before["valid_loss"] - 1.0, (before, after)
     test = task.evaluate(model, "test")

@@ -171,23 +171,24 @@ class NormGRU(nn.Module):
             h0 = x.new_zeros(B, self.hidden_size * dirs)
         x_t = x.transpose(0, 1).contiguous()  # (T, B, I): each step's input rows are contiguous
         steps = mask.t().unsqueeze(-1).unbind(0)  # T x (B, 1)
+        full = mask.all(0).tolist()  # steps with no padding skip the masking (one sync, not T)
         outputs, lasts = [], []
         with parametrize.cached():  # weightnorm: compute each g * v / ||v|| once, not once per step
             for d, (cell, h) in enumerate(zip(self.cells, h0.chunk(dirs, dim=-1))):
                 order = range(T) if d == 0 else range(T - 1, -1, -1)
-                out, h = self._run(cell, x_t, steps, h, order)
+                out, h = self._run(cell, x_t, steps, full, h, order)
                 outputs.append(out)
                 lasts.append(h)
         out = torch.cat(outputs, -1) if dirs > 1 else outputs[0]
         return out * mask.unsqueeze(-1).to(out.dtype), torch.cat(lasts, -1) if dirs > 1 else lasts[0]
 
-    def _run(self, cell: NormGRUCell, x_t: Tensor, steps, h: Tensor, order) -> tuple[Tensor, Tensor]:
+    def _run(self, cell: NormGRUCell, x_t: Tensor, steps, full, h: Tensor, order) -> tuple[Tensor, Tensor]:
         a_gates, a_cand = cell.input_part(x_t)  # hoisted: one GEMM + norms over T*B rows
         a_gates, a_cand = a_gates.unbind(0), a_cand.unbind(0)  # unbind, never [t] (PERF_NOTES.md)
         drop = recurrent_dropout_mask(h, self.recurrent_dropout, self.training)
         outs: list[Tensor] = [h] * len(steps)
         for t in order:
             h_new = cell.step(a_gates[t], a_cand[t], h, None if drop is None else h * drop)
-            h = torch.where(steps[t], h_new, h)
+            h = h_new if full[t] else torch.where(steps[t], h_new, h)
             outs[t] = h
         return torch.stack(outs, dim=1), h

@@ -281,10 +281,11 @@ def describe_env(runs: list[Run]) -> str:
             if str(value) not in values.setdefault(key, []):
                 values[key].append(str(value))
         described = env.get("norm") if isinstance(env.get("norm"), dict) else {}
-        impl = described.get("impl_used") or described.get("impl") or env.get("impl")
+        impl = described.get("impl_used") or described.get("impl")
         if impl and str(impl) not in impls.setdefault(run.norm, []):
             impls[run.norm].append(str(impl))
     text = ", ".join(f"{key}={' | '.join(vals)}" for key, vals in values.items()) or "not recorded"
     if any(impls.values()):
-        text += "; norm impl: " + ", ".join(f"{norm}={' | '.join(v)}" for norm, v in impls.items() if v)
+        ordered = sorted(impls, key=lambda n: NORM_ORDER.index(n) if n in NORM_ORDER else len(NORM_ORDER))
+        text += "; norm impl: " + ", ".join(f"{norm}={' | '.join(impls[norm])}" for norm in ordered if impls[norm])
     return text

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .aggregate import Group, Stat, group_runs, mean_curve, speedup, Run
+from .aggregate import Group, Run, Stat, group_runs, mean_curve, speedup
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "cannot tell"
 # quality metric per task: (metric names tried in order, "max" or "min", how to print it)
@@ -55,8 +55,7 @@ def table1_claims() -> list[Claim]:
         cells = [(t.title, table1.verdict(changes[method][t.key]), paper[method][t.key]) for t in table1.TRANSFORMATIONS]
         wrong = [f"{title}: ours {ours}, paper {theirs}" for title, ours, theirs in cells if ours != theirs]
         claims.append(Claim(f"Table 1, {method}: invariances as published", FAILS if wrong else HOLDS,
-                            "; ".join(wrong) if wrong else f"{len(cells)}/{len(cells)} cells match "
-                            f"({', '.join(f'{title}: {ours}' for title, ours, _ in cells)})"))
+                            "; ".join(wrong) if wrong else f"{len(cells)}/{len(cells)} cells match the paper"))
     return claims
 
 

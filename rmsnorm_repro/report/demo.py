@@ -51,7 +51,7 @@ PAGE_SWEEP = {"table2": "rnnsearch", "table3": "rnnsearch", "table4": "transform
 
 
 def run_sweep(sweep: Sweep, runs_root: Path, logs: Path, jobs: int, max_minutes: float) -> tuple[int, float]:
-    """Train one sweep; its output goes to logs/<name>.log. Returns (exit code, seconds)."""
+    """Train one sweep, its output into logs/<name>.log; returns (exit code, seconds)."""
     command = [sys.executable, "-m", "rmsnorm_repro.train", "-m", f"experiment={sweep.experiment}", "scale=mini",
                "data=synthetic", "launcher=joblib", f"hydra.launcher.n_jobs={jobs}",
                f"hydra.sweep.dir={runs_root / sweep.name}", f"train.max_minutes={max_minutes}", *sweep.overrides]
@@ -93,7 +93,10 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
     lines += ["", "## The paper's claims at mini scale", "", "| claim | at mini scale | numbers |", "|---|---|---|"]
     claims = all_claims([r for name in ("rnnsearch", "transformer", "reader", "retrieval", "convpool") for r in runs[name]],
                         runs["rnnsearch-fig3"], runs["rnnsearch-fig4"])
-    lines += [f"| {c.claim} | **{c.verdict}** | {c.numbers} |" for c in claims]
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")  # a literal | would end the Markdown cell
+
+    lines += [f"| {cell(c.claim)} | **{c.verdict}** | {cell(c.numbers)} |" for c in claims]
 
     text, _ = table1.render(table1.compute(), table1.read_paper(), seed=0)
     lines += ["", text.replace("# Table 1", "## Table 1", 1).rstrip()]
@@ -101,7 +104,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
     for name, sweep in PAGE_SWEEP.items():
         page_runs = runs[sweep]
         if not [r for r in page_runs if r.task == PAGES[name].task]:
-            lines += ["", f"## {PAGES[name].title}", "", f"No runs: the `{sweep}` sweep produced none (see logs/{sweep}.log)."]
+            lines += ["", f"## {PAGES[name].title}", "", f"No runs: the `{sweep}` sweep produced none (see runs/logs/{sweep}.log)."]
             continue
         paths = {}
         for figure in PAGES[name].figures:
@@ -133,10 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.only is not None and sweep.name not in args.only:
                 continue
             print(f"demo: training {sweep.name} (experiment={sweep.experiment}) ...", flush=True)
-            code, seconds = run_sweep(sweep, args.out / "runs", args.out / "logs", args.jobs, args.max_minutes)
+            code, seconds = run_sweep(sweep, args.out / "runs", args.out / "runs" / "logs", args.jobs, args.max_minutes)
             timings[sweep.name] = (code, seconds)
             print(f"demo: {sweep.name} {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min; "
-                  f"log: {args.out / 'logs' / (sweep.name + '.log')}", flush=True)
+                  f"log: {args.out / 'runs' / 'logs' / (sweep.name + '.log')}", flush=True)
     path = write_report(args.out, timings)
     print(f"demo: wrote {path}")
     return 0 if all(code == 0 for code, _ in timings.values()) else 1

@@ -44,7 +44,6 @@ class Page:
     qualities: tuple[Quality, ...] = ()
     time: bool = True                                # compare seconds per the paper's time unit
     paper_sets: tuple[tuple[str, str], ...] = (("", ""),)  # (label, CSV column prefix): Table 3 has two
-    paper_csv: str | None = None                     # default: results/paper/<name>.csv if it exists
     figures: tuple[str, ...] = ()
     render: Callable[["Page", list[Run], list[Group], list[dict]], list[str]] | None = None
 
@@ -243,22 +242,22 @@ PAGES: dict[str, Page] = {p.name: p for p in (
     Page("table8", "Table 8: order embeddings, seconds per 0.1k steps", "retrieval", (RSUM,), figures=("fig6",)),
     Page("table9", "Table 9: ConvPool-CNN-C training error (the paper gives the curve only)", "convpool",
          (Quality("final train error %", None, ("train_error",)), Quality("test error %", None, ("error",), digits=2)),
-         paper_csv="", render=render_curve_summary, figures=("table9",)),
+         render=render_curve_summary, figures=("table9",)),
     Page("table10", "Table 10: ConvPool-CNN-C on CIFAR-10, test error and seconds per epoch", "convpool",
          (Quality("test error %", "test_error_pct", ("error",), digits=2),), figures=("table9",)),
     Page("fig1", "Figure 1: RNNSearch training loss against steps and wall-clock time", "rnnsearch",
-         (FINAL_LOSS, VALID_BLEU, TEST_BLEU), render=render_curve_summary, paper_csv="", figures=("fig1", "fig2")),
+         (FINAL_LOSS, VALID_BLEU, TEST_BLEU), render=render_curve_summary, figures=("fig1", "fig2")),
     Page("fig2", "Figure 2: RNNSearch validation BLEU over training steps", "rnnsearch",
-         (VALID_BLEU, TEST_BLEU), time=False, render=render_curve_summary, paper_csv="", figures=("fig2",)),
+         (VALID_BLEU, TEST_BLEU), time=False, render=render_curve_summary, figures=("fig2",)),
     Page("fig3", "Figure 3: pRMSNorm validation BLEU as p varies", "rnnsearch",
-         (VALID_BLEU, TEST_BLEU), render=render_curve_summary, paper_csv="", figures=("fig3",)),
+         (VALID_BLEU, TEST_BLEU), render=render_curve_summary, figures=("fig3",)),
     Page("fig4", "Figure 4: weight-init centre 0.2, LayerNorm against RMSNorm", "rnnsearch",
-         (FINAL_LOSS, VALID_BLEU, TEST_BLEU), time=False, render=render_curve_summary, paper_csv="", figures=("fig4",)),
+         (FINAL_LOSS, VALID_BLEU, TEST_BLEU), time=False, render=render_curve_summary, figures=("fig4",)),
     Page("fig5", "Figure 5: attentive reader validation error over training steps", "reader",
          (Quality("best valid error %", None, ("error",), source="best", scale=100.0),), time=False,
-         render=render_curve_summary, paper_csv="", figures=("fig5",)),
+         render=render_curve_summary, figures=("fig5",)),
     Page("fig6", "Figure 6: order embeddings, validation R@K sum over training steps", "retrieval",
-         (RSUM,), time=False, render=render_curve_summary, paper_csv="", figures=("fig6",)),
+         (RSUM,), time=False, render=render_curve_summary, figures=("fig6",)),
 )}
 
 
@@ -276,7 +275,7 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
     if not runs:
         raise ValueError(f"no {page.task} runs under {runs_dir} for {name}: run `make {name}` first")
     groups = group_runs(runs)
-    paper = read_paper(page.paper_csv if page.paper_csv is not None else name) if page.paper_csv != "" else []
+    paper = read_paper(name)
     scales = sorted({r.scale for r in runs})
     datas = sorted({r.data for r in runs})
     lines = [f"{heading} {page.title}", ""]
@@ -288,8 +287,7 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
         lines.append(f"Paper: {', '.join(hardware)}; time in seconds per {time_unit(paper)}, "
                      "speed-up over LayerNorm in brackets, (T_LN - T_X) / T_LN.  ")
     if page.time:
-        unit = time_unit(paper) if paper else "1k steps"
-        unit = unit if unit in STEPS_PER_UNIT else "1k steps"
+        unit = time_unit(paper) if time_unit(paper) in STEPS_PER_UNIT else "1k steps"
         lines.append(f"Our time: seconds per {unit} from `s_per_1k_steps` (device-synchronized step time, "
                      "evaluation excluded), speed-up computed the same way.  ")
     lines.append("Ours: mean ± sample std over seeds (one value: a single run); \"runs\" counts completed runs; "

@@ -149,7 +149,12 @@ def scrub(node: Any, secrets: list[str] | None = None) -> Any:
 
 
 def scrub_yaml_file(path: Path) -> None:
-    """Rewrite one of Hydra's own .hydra/*.yaml files without secrets (they hold the raw overrides)."""
-    if path.exists():
-        tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-        OmegaConf.save(OmegaConf.create(scrub(tree)), path)
+    """Rewrite one of Hydra's own yaml files (.hydra/*, multirun.yaml) without secrets: they hold the raw overrides."""
+    if not path.exists():
+        return
+    tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    clean = scrub(tree)
+    if clean != tree:  # parallel jobs of a sweep may share the file: write only when needed, atomically
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        OmegaConf.save(OmegaConf.create(clean), tmp)
+        os.replace(tmp, path)

@@ -98,7 +98,7 @@ def environment(device: torch.device, norms: Normalization, compiled: bool) -> d
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
-        "impl": described.get("impl"),
+        "impl": described.get("impl_used", described.get("impl")),  # what ran, where the norm says
         "norm": described,
         "compile": compiled,
         "python": platform.python_version(),
@@ -191,12 +191,12 @@ def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None, rank: int
         return summary
     except Exception as e:
         # a crash (a bug, out of memory): never leave a summary that claims anything else
-        write_json(run_dir / "summary.json", {
+        write_json(run_dir / "summary.json", scrub({
             **_identity(cfg), "status": "failed", "steps": state["step"], "step_ms_median": None,
             "step_ms_mean": None, "s_per_1k_steps": None, "final": {}, "best": state["best"],
             "env": environment(device, norms, bool(cfg.train.compile)), "error": f"{type(e).__name__}: {e}",
             "traceback": traceback.format_exc(limit=-8),
-        })
+        }))
         raise
     finally:
         metrics.close()

@@ -71,29 +71,31 @@ def _compiled():
     return torch.compile(functional.rms_norm, dynamic=False)
 
 
-def _same_dtype(x: Tensor, *params: Tensor | None) -> bool:
-    return all(t is None or (t.dtype == x.dtype and t.device == x.device) for t in params)
+@lru_cache(maxsize=None)
+def _checked_k(dim: int, p: float, eps: float) -> int:
+    """partial_k after the argument checks, cached: this runs on every call of a hot path."""
+    functional.check_norm_args(dim, p, eps)
+    return functional.partial_k(dim, p)
 
 
 def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, p: float, eps: float,
              eps_inside: bool, impl: str) -> Tensor:
     """functional.rms_norm through implementation `impl` (see the module docstring)."""
     name = resolve(impl, x.device.type)
-    dim = x.shape[-1]
     # Mixed dtypes (e.g. bf16 activations with fp32 gains under autocast) take the reference,
     # which promotes like torch does.
-    if name == "fused-cpu" and x.dtype in _CPU_DTYPES and _same_dtype(x, weight, bias):
-        functional.check_norm_args(dim, p, eps)
-        y = cpu.load().rms_norm(x, weight, bias, functional.partial_k(dim, p), float(eps), bool(eps_inside))
-    elif name == "triton" and _same_dtype(x, weight, bias) and _triton().supports(x):
-        functional.check_norm_args(dim, p, eps)
-        y = _triton().rms_norm(x, weight, bias, functional.partial_k(dim, p), float(eps), bool(eps_inside))
+    same_dtype = (weight is None or weight.dtype == x.dtype) and (bias is None or bias.dtype == x.dtype)
+    if name == "fused-cpu" and same_dtype and x.dtype in _CPU_DTYPES:
+        y = cpu.load().rms_norm(x, weight, bias, _checked_k(x.shape[-1], p, eps), eps, eps_inside)
+    elif name == "triton" and same_dtype and _triton().supports(x):
+        y = _triton().rms_norm(x, weight, bias, _checked_k(x.shape[-1], p, eps), float(eps), bool(eps_inside))
     elif name == "compile":
         y = _compiled()(x, weight, bias, p, eps, eps_inside)
     else:
         name = "reference"
         y = functional.rms_norm(x, weight, bias, p, eps, eps_inside)
-    _record(impl, name)
+    if name not in _used.get(impl, ()):
+        _record(impl, name)
     return y
 
 

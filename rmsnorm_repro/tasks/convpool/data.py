@@ -138,12 +138,13 @@ def _draw(y: Tensor, g: torch.Generator, noise: float, distractors: int) -> Tens
     # the class patch: a Gabor with class orientation and frequency
     theta = (y % 5).float() * (math.pi / 5) + 0.06 * torch.randn(m, generator=g)
     freq = torch.where(y < 5, 0.12, 0.24) * uniform(0.9, 1.1)
-    cx, cy, sigma = uniform(8, 24), uniform(8, 24), uniform(4.0, 7.0)
+    cx, cy, sigma = uniform(6, 26), uniform(6, 26), uniform(2.5, 4.5)
     dx, dy = gx - cx.view(m, 1, 1), gy - cy.view(m, 1, 1)
     along = dx * torch.cos(theta).view(m, 1, 1) + dy * torch.sin(theta).view(m, 1, 1)
     envelope = torch.exp(-(dx**2 + dy**2) / (2 * sigma.view(m, 1, 1) ** 2))
     wave = torch.cos(2 * math.pi * freq.view(m, 1, 1) * along + uniform(0, 2 * math.pi).view(m, 1, 1))
-    img = uniform(1.0, 2.0).view(m, 1, 1, 1) * colour() * (envelope * wave).unsqueeze(1)
+    # grey, so that orientation filters need not be learned once per colour
+    img = uniform(1.0, 2.0).view(m, 1, 1, 1) * (envelope * wave).unsqueeze(1).expand(m, 3, 32, 32)
 
     for _ in range(distractors):  # blobs: structure the net must learn to ignore
         bx, by, bs = uniform(0, 32), uniform(0, 32), uniform(1.5, 4.0)

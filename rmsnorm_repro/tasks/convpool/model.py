@@ -68,10 +68,7 @@ class ConvPoolCNNC(nn.Module):
             else:
                 nn.init.kaiming_normal_(w, a=self.slope, nonlinearity="leaky_relu")
             with torch.no_grad():
-                if parametrize.is_parametrized(layer, "weight"):
-                    layer.weight = w  # through the parametrization (WeightNorm: g = ||w||, v = w)
-                else:
-                    layer.weight.copy_(w)
+                _set_weight(layer, w)
                 if layer.bias is not None:
                     layer.bias.zero_()
 
@@ -79,3 +76,41 @@ class ConvPoolCNNC(nn.Module):
         if self.training and self.input_noise > 0:
             x = x + self.input_noise * torch.randn_like(x)
         return self.classifier(self.features(x).mean((2, 3)))
+
+
+def _set_weight(layer: nn.Module, w: Tensor) -> None:
+    if parametrize.is_parametrized(layer, "weight"):
+        layer.weight = w  # through the parametrization (WeightNorm: g = ||w||, v = w)
+    else:
+        layer.weight.copy_(w)
+
+
+@torch.no_grad()
+def data_dependent_init_(model: nn.Module, x: Tensor) -> None:
+    """Salimans & Kingma's initialization: rescale every conv/linear layer, in forward order, so that its
+    outputs on the images x have zero mean and unit variance per output channel.
+
+    One forward pass in eval mode (no noise, no dropout, BatchNorm statistics untouched); a hook on
+    each layer rewrites its weight and bias from the statistics of its output and hands the rescaled
+    output on, so every later layer is fitted to its already initialized inputs.
+    """
+
+    def rescale(layer: nn.Module, inputs, out: Tensor) -> Tensor:
+        dims = [d for d in range(out.dim()) if d != 1]
+        mean, std = out.mean(dims), out.std(dims).clamp_min(1e-6)
+        shape = (-1,) + (1,) * (layer.weight.dim() - 1)
+        _set_weight(layer, layer.weight / std.view(shape))
+        layer.bias.copy_((layer.bias - mean) / std)
+        view = (1, -1) + (1,) * (out.dim() - 2)
+        return (out - mean.view(view)) / std.view(view)
+
+    was_training = model.training
+    model.eval()
+    layers = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    handles = [m.register_forward_hook(rescale) for m in layers]
+    try:
+        model(x)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)

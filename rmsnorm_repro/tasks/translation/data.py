@@ -101,22 +101,12 @@ def _multi30k(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
 
 
 def _wmt14(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
-    """WMT14 de-en from a saved copy of the hub set (data.root), downloading it once when absent.
-
-    Hub splits: train (4.5M), validation = newstest2013, test = newstest2014 full (3003 lines, the
-    hub's version, not sacrebleu's 2737-line filtered "wmt14"). Test17 = sacrebleu's "wmt17" en-de,
-    stored as newstest2017.<lang> text next to the saved set.
-    """
+    """WMT14 from the saved copy in data.root (default <paths.data_dir>/wmt14), made once by
+    `ensure_wmt14`. Test14 is the hub's newstest2014, the FULL 3003-line set (not sacrebleu's
+    2737-line filtered "wmt14"); Test17 is sacrebleu's "wmt17" en-de."""
     import datasets
 
-    root = Path(os.path.expanduser(str(data.get("root") or Path(paths["data_dir"]) / "wmt14")))
-    if not (root / "dataset_dict.json").exists():
-        try:
-            hub = datasets.load_dataset("wmt/wmt14", "de-en", cache_dir=str(Path(paths["data_dir"]) / "hf"))
-        except Exception as e:
-            raise RuntimeError(f"data=wmt14: no saved copy in {root} and the hub is unreachable ({type(e).__name__}); "
-                               "run `make data-wmt14` where there is network, or set data.root") from e
-        hub.save_to_disk(str(root))  # later runs load this copy offline
+    root = ensure_wmt14(data.get("root") or Path(paths["data_dir"]) / "wmt14", Path(paths["data_dir"]) / "hf")
     ds = datasets.load_from_disk(str(root))
     src, tgt = data["src"], data["tgt"]
 
@@ -124,26 +114,39 @@ def _wmt14(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
         rows = ds[split]["translation"]
         return [r[src] for r in rows], [r[tgt] for r in rows]
 
-    if not (root / f"newstest2017.{src}").exists():
-        fetch_test17(root)
     test14 = pair("test")
     info = {"data": f"wmt14:{root}", "test14": f"newstest2014 full ({len(test14[0])} lines, hub wmt/wmt14 de-en)",
             "test17": "newstest2017 (sacrebleu wmt17 en-de)"}
     return Corpus(pair("train"), pair("validation"), {"test14": test14, "test17": _text_pair(root, "newstest2017", src, tgt)}, info)
 
 
-def fetch_test17(root: Path) -> None:
-    """Store sacrebleu's wmt17 en-de source/reference as <root>/newstest2017.{en,de} (needs network once)."""
-    from sacrebleu.utils import get_reference_files, get_source_file
+def ensure_wmt14(root: str | os.PathLike, hf_cache: str | os.PathLike) -> Path:
+    """Make <root> hold the hub set "wmt/wmt14" de-en (save_to_disk) and newstest2017.{en,de}.
 
-    try:
-        files = {"en": get_source_file("wmt17", "en-de"), "de": get_reference_files("wmt17", "en-de")[0]}
-    except Exception as e:
-        raise RuntimeError(f"data=wmt14: newstest2017 is not in {root} and sacrebleu cannot download it "
-                           f"({type(e).__name__}); run `make data-wmt14` where there is network") from e
-    root.mkdir(parents=True, exist_ok=True)
-    for lang, path in files.items():
-        (root / f"newstest2017.{lang}").write_text(Path(path).read_text(encoding="utf-8"), encoding="utf-8")
+    Downloads only what is missing (network needed once); later runs read the saved copy offline.
+    Hub splits: train (4.5M pairs), validation = newstest2013, test = newstest2014 (3003 lines).
+    """
+    import datasets
+
+    root = Path(os.path.expanduser(str(root)))
+    if not (root / "dataset_dict.json").exists():
+        try:
+            hub = datasets.load_dataset("wmt/wmt14", "de-en", cache_dir=str(hf_cache))
+        except Exception as e:  # offline, hub down: say what to do instead
+            raise RuntimeError(f"data=wmt14: no saved copy in {root} and the hub is unreachable ({type(e).__name__}); "
+                               "run `make data-wmt14` where there is network, or set data.root") from e
+        hub.save_to_disk(str(root))
+    if not (root / "newstest2017.en").exists() or not (root / "newstest2017.de").exists():
+        from sacrebleu.utils import get_reference_files, get_source_file
+
+        try:
+            files = {"en": get_source_file("wmt17", "en-de"), "de": get_reference_files("wmt17", "en-de")[0]}
+        except Exception as e:
+            raise RuntimeError(f"data=wmt14: newstest2017 is not in {root} and sacrebleu cannot download it "
+                               f"({type(e).__name__}); run `make data-wmt14` where there is network") from e
+        for lang, path in files.items():
+            (root / f"newstest2017.{lang}").write_text(Path(path).read_text(encoding="utf-8"), encoding="utf-8")
+    return root
 
 
 # Encoded splits -----------------------------------------------------------------------------
@@ -253,7 +256,7 @@ class TranslationData:
                               & (train.src_len > 0) & (train.tgt_len > 0))
         if len(keep) == 0:
             raise ValueError(f"no training pair has 1..{self.max_len} subwords per side; raise task.max_len")
-        self.train = train if len(keep) == len(train) else _subset(train, keep)
+        self.train = train if len(keep) == len(train) else subset(train, keep)
         self.valid_text, self.valid = corpus.valid, Encoded(*map(self.vocab.encode, corpus.valid))
         self.tests = {name: (pair, Encoded(*map(self.vocab.encode, pair))) for name, pair in corpus.tests.items()}
 
@@ -284,8 +287,19 @@ class TranslationData:
         return collate(self.train, idx[rank::world_size], device)
 
 
-def _subset(enc: Encoded, keep: np.ndarray) -> Encoded:
-    return Encoded([enc.src_ids(i).tolist() for i in keep], [enc.tgt_ids(i).tolist() for i in keep])
+def subset(enc: Encoded, keep: np.ndarray) -> Encoded:
+    """The sentences `keep` of a split, in that order (vectorized: WMT-sized splits take seconds)."""
+    out = Encoded.__new__(Encoded)
+    for side in ("src", "tgt"):
+        flat, off = getattr(enc, side), getattr(enc, side + "_off")
+        lens = np.diff(off)[keep]
+        new_off = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(lens, out=new_off[1:])
+        # token j of kept sentence r sits at off[keep[r]] + j
+        gather = np.repeat(off[:-1][keep] - new_off[:-1], lens) + np.arange(new_off[-1])
+        setattr(out, side, flat[gather])
+        setattr(out, side + "_off", new_off)
+    return out
 
 
 def eval_batches(enc: Encoded, batch_size: int, device: torch.device | str = "cpu") -> Iterator[tuple[np.ndarray, dict[str, Tensor]]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -21,7 +22,7 @@ from torch import Tensor, nn
 from ..base import Task
 from .beam import beam_search, greedy, max_length
 from .bleu import corpus_bleu
-from .data import Encoded, TranslationData, eval_batches
+from .data import Encoded, TranslationData, eval_batches, subset
 from .vocab import PAD
 
 
@@ -66,7 +67,7 @@ class TranslationTask(Task):
             n = dec.get("valid_sentences")
             (src, ref), enc = self.data.valid_text, self.data.valid
             if n is not None and n < len(src):
-                src, ref, enc = src[:n], ref[:n], _head(enc, n)
+                src, ref, enc = src[:n], ref[:n], subset(enc, np.arange(n))
             bleu, _ = corpus_bleu(self.translate(model, enc, int(dec.valid_beam)), ref)
             return {"bleu": bleu, "valid_loss": self.nll(model, self.data.valid)}
         if split == "test":
@@ -99,10 +100,6 @@ class TranslationTask(Task):
             total += float(F.cross_entropy(logits.flatten(0, 1).float(), b["tgt_out"].flatten(), ignore_index=PAD, reduction="sum"))
             count += int(b["tgt_mask"].sum())
         return total / count
-
-
-def _head(enc: Encoded, n: int) -> Encoded:
-    return Encoded([enc.src_ids(i).tolist() for i in range(n)], [enc.tgt_ids(i).tolist() for i in range(n)])
 
 
 class TransformerTask(TranslationTask):

@@ -1,0 +1,174 @@
+"""task=retrieval: Recall@K against brute force (ties), loss, COCO loader on tiny files, feature
+extractor's error path, masking, and tiny training through the runner."""
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rmsnorm_repro.norms import build_normalization
+from rmsnorm_repro.tasks.retrieval.data import load_coco, pad_captions
+from rmsnorm_repro.tasks.retrieval.metrics import (
+    contrastive_loss, fold_metrics, order_violation, ranks, recall_metrics,
+)
+from rmsnorm_repro.tasks.retrieval.task import RetrievalTask
+
+# errors[caption, image] by hand: captions 0-4 show image 0, 5-9 image 1; many ties.
+HAND = torch.tensor([[1, 1], [0, 2], [3, 1], [2, 2], [0, 0],
+                     [1, 0], [1, 1], [0, 5], [2, 1], [4, 3]], dtype=torch.float32)
+
+
+def brute_force_ranks(errors: torch.Tensor) -> tuple[list[int], list[int]]:
+    """Sort every query's candidates, wrong ones first among equals (pessimistic), and read off the
+    position of the first right one, not counting right ones before it (there are none)."""
+    n_caps, n_ims = errors.shape
+    e = errors.tolist()
+    caption = []
+    for i in range(n_ims):
+        order = sorted(range(n_caps), key=lambda c: (e[c][i], c // 5 == i))
+        caption.append(next(pos for pos, c in enumerate(order) if c // 5 == i))
+    image = []
+    for c in range(n_caps):
+        order = sorted(range(n_ims), key=lambda i: (e[c][i], i == c // 5))
+        image.append(order.index(c // 5))
+    return caption, image
+
+
+def test_recall_on_a_hand_made_matrix_with_ties():
+    m = recall_metrics(HAND)
+    # image retrieval ranks [1,0,1,1,1, 0,1,1,0,0]; caption retrieval: each image has a wrong caption at 0
+    assert m["image_r1"] == pytest.approx(40.0) and m["image_r5"] == 100.0
+    assert m["image_medr"] == 2.0 and m["image_meanr"] == pytest.approx(1.6)
+    assert m["caption_r1"] == 0.0 and m["caption_r5"] == 100.0 and m["caption_medr"] == 2.0 and m["caption_meanr"] == 2.0
+    assert [r.tolist() for r in ranks(HAND)] == [list(x) for x in brute_force_ranks(HAND)]
+
+
+def test_ranks_match_brute_force_on_random_tied_matrices():
+    rng = random.Random(0)
+    for _ in range(20):
+        n_ims = rng.randint(1, 12)
+        errors = torch.tensor([[float(rng.randint(0, 3)) for _ in range(n_ims)] for _ in range(5 * n_ims)])
+        caption, image = ranks(errors)
+        assert (caption.tolist(), image.tolist()) == brute_force_ranks(errors)
+
+
+def test_a_collapsed_model_scores_worst_not_best():
+    m = recall_metrics(torch.zeros(50, 10))  # every error equal
+    assert m["image_r1"] == 0.0 and m["image_meanr"] == 10.0 and m["caption_meanr"] == 46.0
+
+
+def test_order_violation_and_loss_match_their_definitions():
+    g = torch.Generator().manual_seed(0)
+    s, im = torch.rand(6, 4, generator=g), torch.rand(6, 4, generator=g)
+    errors = order_violation(s, im)
+    naive = torch.tensor([[float(((s[c] - im[i]).clamp_min(0) ** 2).sum()) for i in range(6)] for c in range(6)])
+    torch.testing.assert_close(errors, naive)
+    margin, expected = 0.05, 0.0
+    for a in range(6):
+        for b in range(6):
+            if a != b:  # caption b against image a's own caption; image b against caption a's own image
+                expected += max(0.0, margin - float(errors[b, a]) + float(errors[a, a]))
+                expected += max(0.0, margin - float(errors[a, b]) + float(errors[a, a]))
+    assert float(contrastive_loss(errors, margin)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_folds_average_per_fold_metrics():
+    g = torch.Generator().manual_seed(1)
+    caps, ims = torch.rand(40, 3, generator=g), torch.rand(8, 3, generator=g)
+    two = fold_metrics(caps, ims, 2)
+    halves = [recall_metrics(order_violation(caps[:20], ims[:4])), recall_metrics(order_violation(caps[20:], ims[4:]))]
+    for key in halves[0]:
+        assert two[key] == pytest.approx((halves[0][key] + halves[1][key]) / 2)
+    assert two["rsum"] == pytest.approx(sum(two[f"{s}_r{k}"] for s in ("caption", "image") for k in (1, 5, 10)))
+    with pytest.raises(ValueError, match="equal folds"):
+        fold_metrics(caps[:35], ims[:7], 2)
+
+
+def write_coco(root, n_images=(3, 2, 2), dim=6):
+    for (name, n) in zip(("train", "dev", "test"), n_images):
+        lines = [f"A {'dog' if i % 2 else 'cat'} on {name} grass number {c}" for i in range(n) for c in range(5)]
+        (root / f"{name}_caps.txt").write_text("\n".join(lines) + "\n")
+        np.save(root / f"{name}_ims.npy", np.random.default_rng(0).random((n, dim)).astype(np.float32))
+
+
+def test_coco_loader_real_layout_and_errors(tmp_path):
+    write_coco(tmp_path)
+    data = load_coco({"root": str(tmp_path), "max_len": 4})
+    train, test = data.splits["train"], data.splits["test"]
+    assert len(train.captions) == 15 and train.images.shape == (3, 6) and data.feature_dim == 6
+    assert [data.vocab[i] for i in train.captions[0].tolist()] == ["a", "cat", "on", "train"]  # lowercased, cut
+    assert "test" not in data.vocab and data.vocab[test.captions[0][3]] == "<unk>"  # vocabulary from training
+    np.save(tmp_path / "dev_ims.npy", np.zeros((3, 6), dtype=np.float32))  # 10 captions, 3 images
+    with pytest.raises(ValueError, match="5 consecutive captions per image"):
+        load_coco({"root": str(tmp_path)})
+    with pytest.raises(FileNotFoundError, match="extract_coco_features"):
+        load_coco({"root": str(tmp_path / "missing")})
+
+
+def test_feature_extractor_without_cached_weights_says_where_to_put_them(tmp_path, monkeypatch):
+    import importlib.util
+
+    from PIL import Image
+
+    spec = importlib.util.spec_from_file_location("extract", "scripts/extract_coco_features.py")
+    extract = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(extract)
+    Image.new("RGB", (300, 260), (200, 30, 30)).save(tmp_path / "a.jpg")
+    (tmp_path / "list.txt").write_text(f"{tmp_path / 'a.jpg'}\n")
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    with pytest.raises(SystemExit, match="VGG19 weights not found at .*vgg19-dcbb9e9d.pth"):
+        extract.main(["--images", str(tmp_path / "list.txt"), "--out", str(tmp_path / "x_ims.npy")])
+    # the 10-crop averaging itself, with a tiny stand-in for VGG19's fc7 network
+    net = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
+    feats = extract.image_features(net, [tmp_path / "a.jpg"] * 3, torch.device("cpu"), batch_size=2)
+    assert feats.shape == (3, 3) and feats.dtype == np.float32 and np.allclose(feats, feats[0])
+    assert feats[0, 0] > 1.0 > feats[0, 1]  # a red image, ImageNet-normalized
+
+
+def tiny_cfg(**sizes):
+    synthetic = dict(seed=3, objects=12, objects_per_image=3, min_named=2, feature_dim=32, noise=0.3,
+                     train_images=400, valid_images=40, test_images=40, **sizes)
+    return OmegaConf.create({
+        "seed": 1, "data": {"name": "synthetic", "root": None}, "train": {"batch_size": 32},
+        "task": {"name": "retrieval", "model": {"word_dim": 16, "dim": 32}, "margin": 0.05,
+                 "eval_batch_size": 64, "synthetic": synthetic},
+    })
+
+
+def test_batches_are_pure_pairs_and_encoding_ignores_padding():
+    task = RetrievalTask(tiny_cfg(), build_normalization("prmsnorm", {"p": 0.25}), torch.device("cpu"))
+    a = task.train_batch(3)
+    assert all(torch.equal(a[k], task.train_batch(3)[k]) for k in a)
+    halves = [task.train_batch(3, r, 2) for r in (0, 1)]
+    assert torch.equal(torch.cat([h["images"] for h in halves]), a["images"])
+    model = task.build_model().eval()
+    caps = task.data.splits["valid"].captions[:7]
+    batch = model.encode_captions(*pad_captions(caps, torch.device("cpu")))
+    for row, cap in enumerate(caps):
+        alone = model.encode_captions(*pad_captions([cap], torch.device("cpu")))
+        torch.testing.assert_close(alone[0], batch[row], atol=1e-6, rtol=1e-5)
+    assert (batch >= 0).all() and torch.allclose(batch.norm(dim=-1), torch.ones(7))
+
+
+def test_tiny_run_through_the_runner(tmp_path):
+    """The real config files + the runner: metric names land in metrics.jsonl and summary.json."""
+    from rmsnorm_repro.runner import run
+    from runner_fixtures.helpers import compose_cfg
+
+    cfg = compose_cfg([
+        "task=retrieval", "norm=rmsnorm", f"paths.runs_dir={tmp_path}", "train.steps=60", "train.eval_every=30",
+        "train.checkpoint_every=60", "train.batch_size=32", "task.model.word_dim=16", "task.model.dim=32",
+        "task.synthetic.feature_dim=32", "task.synthetic.objects=12", "task.synthetic.train_images=400",
+        "task.synthetic.valid_images=40", "task.synthetic.test_images=40",
+    ])
+    summary = run(cfg, tmp_path / "run")
+    assert summary["status"] == "completed" and summary["step_ms_median"] > 0
+    evals = [r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) if "rsum" in r]
+    assert [r["step"] for r in evals] == [30, 60]
+    names = {f"{s}_{k}" for s in ("caption", "image") for k in ("r1", "r5", "r10", "medr", "meanr")} | {"rsum"}
+    assert names <= set(summary["final"]) and names <= set(evals[-1])
+    # 40 images: R@1 by chance 2.5% both ways (rsum ~75); 60 steps give image R@1 ~15%, rsum ~300
+    assert evals[-1]["image_r1"] > 10 and evals[-1]["rsum"] > evals[0]["rsum"] + 100
+    assert summary["best"]["rsum"] >= evals[-1]["rsum"] - 1e-9
