@@ -258,3 +258,16 @@ def test_step_bench_reads_the_paper_ratios():
         pytest.skip("results/paper/table4.csv is not in this checkout")
     assert ratios["Table 4"]["layernorm"] == 1.0
     assert 0.5 < ratios["Table 4"]["rmsnorm"] < 1.0  # the paper's RMSNorm is faster than its LayerNorm
+
+
+def test_fused_inside_torch_compile_traces_the_reference():
+    """impl=auto inside a compiled model must not break the graph at the opaque kernel.
+
+    (backend="eager": dynamo's tracing only, no code generation, to keep the test fast; impl=compile
+    itself runs in the kernel benchmark.)
+    """
+    x = torch.randn(3, 10, dtype=DT)
+    w = torch.rand(10, dtype=DT) + 0.5
+    compiled = torch.compile(lambda x: fn.rms_norm(x, w, None, 0.5, 1e-6, True, impl="auto"), fullgraph=True,
+                             backend="eager")
+    torch.testing.assert_close(compiled(x), fn.rms_norm(x, w, None, 0.5, 1e-6, True))

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--norms", default="", help="comma list (default: every norm a task supports)")
     ap.add_argument("--step-rounds", type=int, default=2)
     ap.add_argument("--step-count", type=int, default=3, help="timed steps per norm per round")
-    ap.add_argument("--batch-fraction", type=float, default=0.2, help="fraction of the paper's batch (CPU time)")
+    ap.add_argument("--batch-fraction", type=float, default=0.1, help="fraction of the paper's batch (CPU time)")
     ap.add_argument("--out", default="results/speed")
     args = ap.parse_args(argv)
     if args.allocator == "tuned":

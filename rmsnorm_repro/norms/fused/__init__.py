@@ -6,6 +6,8 @@
     impl=compile    torch.compile of the reference function
     impl=auto       the fastest exact path available: fused where it exists, else reference
 
+Inside torch.compile every impl traces the reference formulas, so the compiler can fuse them
+with their neighbours instead of breaking the graph at an opaque kernel.
 A fast path that cannot run (no compiler, no Triton, an unsupported dtype) falls back to the
 reference: a missing compiler warns once. The implementation actually in use is logged once per
 process and recorded for `implementations_used` (what RMSNormalization.describe() reports).
@@ -68,7 +70,8 @@ def _triton():
 
 @lru_cache(maxsize=None)
 def _compiled():
-    return torch.compile(functional.rms_norm, dynamic=False)
+    # default dynamic=None: after a second shape (translation batches vary) one dynamic graph, not one per shape
+    return torch.compile(functional.rms_norm)
 
 
 @lru_cache(maxsize=None)
@@ -81,7 +84,9 @@ def _checked_k(dim: int, p: float, eps: float) -> int:
 def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, p: float, eps: float,
              eps_inside: bool, impl: str) -> Tensor:
     """functional.rms_norm through implementation `impl` (see the module docstring)."""
-    name = resolve(impl, x.device.type)
+    if torch.compiler.is_compiling():  # inside a torch.compile'd model: let it fuse the reference formulas
+        return functional.rms_norm(x, weight, bias, p, eps, eps_inside)
+    name = resolve(impl, "cpu" if x.is_cpu else x.device.type)  # is_cpu: no device object per call
     # Mixed dtypes (e.g. bf16 activations with fp32 gains under autocast) take the reference,
     # which promotes like torch does.
     same_dtype = (weight is None or weight.dtype == x.dtype) and (bias is None or bias.dtype == x.dtype)

@@ -136,7 +136,7 @@ def _draw(y: Tensor, g: torch.Generator, noise: float, distractors: int) -> Tens
         return (c / c.norm(dim=1, keepdim=True)).view(m, 3, 1, 1)
 
     # the class patch: a Gabor with class orientation and frequency
-    theta = (y % 5).float() * (math.pi / 5) + 0.06 * torch.randn(m, generator=g)
+    theta = (y % 5).float() * (math.pi / 5) + 0.15 * torch.randn(m, generator=g)
     freq = torch.where(y < 5, 0.12, 0.24) * uniform(0.9, 1.1)
     cx, cy, sigma = uniform(6, 26), uniform(6, 26), uniform(2.5, 4.5)
     dx, dy = gx - cx.view(m, 1, 1), gy - cy.view(m, 1, 1)
