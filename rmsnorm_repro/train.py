@@ -31,7 +31,12 @@ class RunFailed(Exception):
     """A job's bad input, already reported on stderr (in a multirun Hydra re-raises it at the end)."""
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+# An absolute path: Hydra resolves a relative one against the caller's module, which differs between
+# `python -m rmsnorm_repro.train` and the `rmsnorm-train` console script.
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIGS), config_name="train")
 def _job(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)

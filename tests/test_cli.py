@@ -10,12 +10,15 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from hydra.core.global_hydra import GlobalHydra
 
 from rmsnorm_repro.runner import checkpoint, run
+from rmsnorm_repro.train import main
 from runner_fixtures.helpers import REPO, cli, cli_args, cli_env, read_metrics, read_summary, tiny
 
 
@@ -23,19 +26,34 @@ def _stderr_lines(proc) -> list[str]:
     return [line for line in proc.stderr.splitlines() if line.strip()]
 
 
+def test_a_hydra_composition_error_is_one_line_on_stderr_and_exit_2(tmp_path):
+    proc = cli("task=tiny", "norm=nosuch", f"paths.runs_dir={tmp_path}")
+    assert proc.returncode == 2, proc.stderr
+    assert _stderr_lines(proc) == ["error: Could not find 'norm/nosuch'; Available options in 'norm': batchnorm, "
+                                   "l2norm, layernorm, none, prmsnorm, rmsnorm, weightnorm"], proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("overrides, message", [
-    # Hydra's own composition error (an unknown group option), made one line
-    (["task=tiny", "norm=nosuch"], "error: Could not find 'norm/nosuch'; Available options in 'norm': batchnorm, l2norm, layernorm,"),
-    # the runner's checks
     (["task=tiny", "norm=prmsnorm", "norm.p=1.5"], "error: norm.p must be a number in (0, 1], got 1.5"),
     (["task=tiny", "task.class_path=runner_fixtures.tiny_task:TinyStrictTask", "data=tinyreal", "paths.data_dir=/nonexistent"],
-     "error: data.root=/nonexistent/tinyreal does not exist"),
+     "error: data.root=/nonexistent/tinyreal does not exist: put the tinyreal files there or point data.root at them"),
+    (["task=tiny", "data=nosuch"], "error: Could not find 'data/nosuch'; Available options in 'data': "),
 ])
-def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, overrides, message):
-    proc = cli(*overrides, f"paths.runs_dir={tmp_path}")
-    assert proc.returncode == 2, proc.stderr
-    assert len(_stderr_lines(proc)) == 1 and _stderr_lines(proc)[0].startswith(message), proc.stderr
-    assert not list(tmp_path.rglob("summary.json")) and not list(tmp_path.rglob("config.yaml"))[1:]
+def test_bad_input_through_main_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, overrides, message):
+    """The same entry point in-process (a subprocess each would cost seconds): Hydra's logging off."""
+    for var in ("HYDRA_FULL_ERROR", "RMSNORM_FULL_ERROR"):  # main() sets them; restored after the test
+        monkeypatch.setenv(var, "0")
+    monkeypatch.setattr(sys, "argv", ["rmsnorm-train", *cli_args(*overrides, f"paths.runs_dir={tmp_path}",
+                                      "hydra/job_logging=none", "hydra/hydra_logging=none")[3:]])
+    GlobalHydra.instance().clear()
+    with pytest.raises(SystemExit) as info:
+        main()
+    GlobalHydra.instance().clear()
+    assert info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(message), err
+    assert not list(tmp_path.rglob("summary.json")) and not list(tmp_path.rglob("metrics.jsonl"))
 
 
 def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> None:

@@ -147,8 +147,8 @@ def test_synthetic_images_are_learnable_but_not_trivially(tmp_path):
             first = evaluate()
     last = evaluate()
     assert first["error"] > 60  # a few steps are not enough
-    assert last["error"] < first["error"] - 25, (first, last)
-    assert last["train_error"] < first["train_error"] - 25
+    assert last["error"] < first["error"] - 15, (first, last)
+    assert last["train_error"] < first["train_error"] - 15
     assert abs(last["error"] + last["accuracy"] - 100) < 1e-9
     assert set(task.evaluate(model, "test")) == {"error", "accuracy", "train_error"}
 

@@ -28,7 +28,7 @@ def ext():
     return module
 
 
-def make(shape, p, bias, weight=True, seed=0, dtype=DT):
+def make(shape, bias, weight=True, seed=0, dtype=DT):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(*shape, generator=g, dtype=dtype)
     d = shape[-1]
@@ -58,7 +58,7 @@ SHAPES = {
 @pytest.mark.parametrize("eps_inside", [False, True])
 @pytest.mark.parametrize("affine", ["gain", "gain+bias", "none"])
 def test_fused_equals_reference_float64(ext, shape, p, eps_inside, affine):
-    x, w, b = make(shape, p, bias="bias" in affine, weight=affine != "none")
+    x, w, b = make(shape, bias="bias" in affine, weight=affine != "none")
     fast = forward_backward(x, w, b, p, 1e-5, eps_inside, "fused")
     ref = forward_backward(x, w, b, p, 1e-5, eps_inside, "reference")
     for a, r in zip(fast, ref):
@@ -66,7 +66,7 @@ def test_fused_equals_reference_float64(ext, shape, p, eps_inside, affine):
 
 
 def test_non_contiguous_input(ext):
-    x, w, b = make((40, 6), 1.0, bias=True)
+    x, w, b = make((40, 6), bias=True)
     xt = x.t()  # (6, 40), strided
     assert not xt.is_contiguous()
     for a, r in zip(forward_backward(xt, None, None, 0.5, 1e-8, False, "fused"),
@@ -77,7 +77,7 @@ def test_non_contiguous_input(ext):
 @pytest.mark.parametrize("eps_inside", [False, True])
 @pytest.mark.parametrize("p", [1.0, 0.4])
 def test_gradcheck_fused_op(ext, p, eps_inside):
-    x, w, b = make((4, 10), p, bias=True)
+    x, w, b = make((4, 10), bias=True)
     x.requires_grad_()
     k = fn.partial_k(10, p)
     assert torch.autograd.gradcheck(lambda x, w, b: ext.rms_norm(x, w, b, k, 1e-3, eps_inside), (x, w, b))
@@ -86,7 +86,7 @@ def test_gradcheck_fused_op(ext, p, eps_inside):
 @pytest.mark.parametrize("eps_inside", [False, True])
 def test_zero_rows(ext, eps_inside):
     """A row whose statistic is 0 (e.g. h0 = 0 in a GRU): finite, exact, and still differentiable."""
-    x, w, b = make((4, 12), 0.5, bias=True)
+    x, w, b = make((4, 12), bias=True)
     x[1] = 0.0
     x[2, :6] = 0.0  # statistic zero (k = 6) but the tail is not
     fast = forward_backward(x, w, b, 0.5, 1e-3, eps_inside, "fused")
@@ -100,7 +100,7 @@ def test_zero_rows(ext, eps_inside):
 
 
 def test_partial_statistic_ignores_features_past_k(ext):
-    x, w, _ = make((3, 16), 0.25, bias=False)
+    x, w, _ = make((3, 16), bias=False)
     k = fn.partial_k(16, 0.25)
     changed = x.clone()
     changed[:, k:] = 100 * torch.randn(3, 16 - k, dtype=DT)
@@ -112,7 +112,7 @@ def test_partial_statistic_ignores_features_past_k(ext):
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 3e-2)])
 def test_low_precision_close_to_float64(ext, dtype, tol):
-    x, w, b = make((6, 64), 1.0, bias=True)
+    x, w, b = make((6, 64), bias=True)
     ref = forward_backward(x, w, b, 1.0, 1e-8, False, "reference")
     fast = forward_backward(x.to(dtype), w.detach().to(dtype).requires_grad_(), b.detach().to(dtype).requires_grad_(),
                             1.0, 1e-8, False, "fused")
@@ -123,7 +123,7 @@ def test_low_precision_close_to_float64(ext, dtype, tol):
 
 def test_threads_do_not_change_the_result(ext):
     """dgain comes from per-chunk partial sums; chunking over rows must match the 1-thread result."""
-    x, w, b = make((64, 1024), 1.0, bias=True)
+    x, w, b = make((64, 1024), bias=True)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)

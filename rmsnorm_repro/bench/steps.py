@@ -106,7 +106,7 @@ class _Run:
 
 
 def run(tasks: list[str], norms: list[str] | None = None, rounds: int = 2, steps: int = 3,
-        batch_fraction: float = 0.2, log=print) -> list[dict]:
+        batch_fraction: float = 0.1, log=print) -> list[dict]:
     rows = []
     for task in tasks:
         supported = list(task_class(OmegaConf.create({"task": {"name": task}})).supported_norms)

@@ -5,7 +5,7 @@ torch.utils.cpp_extension.load compiles into $TORCH_EXTENSIONS_DIR (default
 Without a C++ compiler or ninja, `load()` warns once and returns None: callers fall back to the
 reference implementation.
 
-Build flags: -O3 -march=native -fopenmp. -march=native lets the compiler vectorize the row loops
+Build flags: -O3 -march=native -mprefer-vector-width=512 -fopenmp. -march=native lets the compiler vectorize the row loops
 with the widest instructions this CPU has (AVX-512 here); such a binary may crash on a CPU
 without them, so the cached build is keyed by this CPU's feature flags and compiler: a home
 directory shared between different machines gets one build per CPU kind, never a foreign one.
@@ -39,7 +39,9 @@ def _build_key() -> str:
 
 
 def _cflags() -> list[str]:
-    arch = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else ["-mcpu=native"]
+    # 512-bit vectors where the CPU has them (GCC may default to 256 for some CPUs)
+    arch = (["-march=native", "-mprefer-vector-width=512"] if platform.machine() in ("x86_64", "AMD64")
+            else ["-mcpu=native"])
     # -fopenmp: at::parallel_for is an inline OpenMP region; without it the kernel runs serially.
     return ["-O3", *arch, "-fopenmp"]
 

@@ -33,15 +33,21 @@ using torch::autograd::variable_list;
 // About 32K elements per task: enough work to amortize waking a thread, small enough to balance.
 constexpr int64_t kElementsPerTask = 32768;
 
-template <typename scalar_t, typename acc_t>
-inline acc_t sum_squares(const scalar_t* x, int64_t k) {
-  acc_t acc = 0;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < k; ++i) {
-    const acc_t v = static_cast<acc_t>(x[i]);
-    acc += v * v;
+// sum of term(i) for i in [0, n) with four vectors of partial sums: with a single accumulator the
+// loop waits on the add latency, not on memory. term may also update element i of an output.
+template <typename acc_t, typename Term>
+inline acc_t row_sum(int64_t n, Term term) {
+  constexpr int64_t kBlock = 4 * 64 / static_cast<int64_t>(sizeof(acc_t));  // four 512-bit vectors
+  acc_t part[kBlock] = {};
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+#pragma omp simd
+    for (int64_t j = 0; j < kBlock; ++j) part[j] += term(i + j);
   }
-  return acc;
+  acc_t total = 0;
+  for (; i < n; ++i) total += term(i);
+  for (int64_t j = 0; j < kBlock; ++j) total += part[j];
+  return total;
 }
 
 template <typename scalar_t>
@@ -62,7 +68,7 @@ void forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, T
     for (int64_t row = begin; row < end; ++row) {
       const scalar_t* xr = X + row * d;
       scalar_t* yr = Y + row * d;
-      const acc_t ms = sum_squares<scalar_t, acc_t>(xr, k) / kk;
+      const acc_t ms = row_sum<acc_t>(k, [&](int64_t i) { const acc_t v = static_cast<acc_t>(xr[i]); return v * v; }) / kk;
       acc_t s, c;
       if (eps_inside) {
         s = acc_t(1) / std::sqrt(ms + e);
@@ -114,20 +120,19 @@ void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight, co
         const scalar_t* dyr = DY + row * d;
         const acc_t s = S[row];
         // One pass: S = sum(g * dy * x) (the backward's only row reduction) and dgain's partial sum.
-        acc_t sum = 0;
+        acc_t sum;
         if (W && dwp) {
-#pragma omp simd reduction(+ : sum)
-          for (int64_t i = 0; i < d; ++i) {
+          sum = row_sum<acc_t>(d, [&](int64_t i) {
             const acc_t dyx = static_cast<acc_t>(dyr[i]) * static_cast<acc_t>(xr[i]);
-            sum += static_cast<acc_t>(W[i]) * dyx;
             dwp[i] += dyx * s;
-          }
+            return static_cast<acc_t>(W[i]) * dyx;
+          });
         } else if (W) {
-#pragma omp simd reduction(+ : sum)
-          for (int64_t i = 0; i < d; ++i) sum += static_cast<acc_t>(W[i]) * static_cast<acc_t>(dyr[i]) * static_cast<acc_t>(xr[i]);
+          sum = row_sum<acc_t>(d, [&](int64_t i) {
+            return static_cast<acc_t>(W[i]) * static_cast<acc_t>(dyr[i]) * static_cast<acc_t>(xr[i]);
+          });
         } else {
-#pragma omp simd reduction(+ : sum)
-          for (int64_t i = 0; i < d; ++i) sum += static_cast<acc_t>(dyr[i]) * static_cast<acc_t>(xr[i]);
+          sum = row_sum<acc_t>(d, [&](int64_t i) { return static_cast<acc_t>(dyr[i]) * static_cast<acc_t>(xr[i]); });
         }
         if (dbp) {
           for (int64_t i = 0; i < d; ++i) dbp[i] += static_cast<acc_t>(dyr[i]);

@@ -75,7 +75,7 @@ def zca_whitener(train_u8: Tensor, eps: float, cache_dir: str | os.PathLike | No
     key = hashlib.sha256(train_u8.cpu().numpy().tobytes() + repr(float(eps)).encode()).hexdigest()[:16]
     path = Path(cache_dir) / "convpool" / f"zca-{key}.pt" if cache_dir is not None else None
     if path is not None and path.exists():
-        saved = torch.load(path, map_location="cpu", weights_only=True)
+        saved = torch.load(path, map_location=train_u8.device, weights_only=True)
         return saved["mean"], saved["w"]
     mean, w = fit_zca(scale_pixels(train_u8).flatten(1), eps)
     if path is not None:
@@ -101,14 +101,15 @@ def whiten(x_u8: Tensor, mean: Tensor, w: Tensor, chunk: int = 10000) -> Tensor:
 
 
 def synthetic_images(
-    n: int, seed: int, num_classes: int = 10, noise: float = 0.6, distractors: int = 2, chunk: int = 4096
+    n: int, seed: int, num_classes: int = 10, noise: float = 0.3, distractors: int = 2, chunk: int = 4096
 ) -> tuple[Tensor, Tensor]:
-    """n class-conditional 32x32 RGB images: one Gabor patch whose orientation and frequency give the class.
+    """n class-conditional 32x32 RGB images: one grey Gabor patch whose orientation and frequency give the class.
 
-    Class c has orientation (c mod 5) * 36 degrees and one of two spatial frequencies (c // 5), with
-    jitter. The patch sits at a random place with a random size, phase, colour and contrast, among
-    `distractors` isotropic colour blobs and Gaussian pixel noise: a CNN has to find the patch and read
-    its orientation and frequency, which it learns within a few hundred steps but not in a few.
+    Class c has orientation (c mod 5) * 36 degrees (jitter sd 8.6 degrees, so neighbours overlap a
+    little: the error has a floor of a few percent) and one of two spatial frequencies (c // 5). The
+    patch sits at a random place with a random size, phase and contrast, among `distractors` blobs of
+    random colour and Gaussian pixel noise. A small CNN has to find the patch and read it: at
+    scale=mini every norm's test error falls from ~90% within 200 steps, BatchNorm's fastest.
     """
     if num_classes > 10:
         raise ValueError(f"synthetic images have at most 10 classes, got num_classes={num_classes}")

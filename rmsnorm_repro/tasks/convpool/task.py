@@ -58,9 +58,10 @@ class ConvPoolTask(Task):
         train_x, train_y, test_x, test_y = D.load_cifar10(d.root, bool(d.get("download", False)))
         if not d.get("zca", True):
             return D.scale_pixels(train_x), train_y, D.scale_pixels(test_x), test_y
+        # fit and whiten on the run's device: the 3072 x 3072 products are the costly part
+        train_x, test_x = train_x.to(self.device), test_x.to(self.device)
         mean, w = D.zca_whitener(train_x, float(d.zca_eps), self.cfg.paths.cache_dir)
-        # whiten on the run's device: the 3072 x 3072 product is the costly part
-        return D.whiten(train_x.to(self.device), mean, w), train_y, D.whiten(test_x.to(self.device), mean, w), test_y
+        return D.whiten(train_x, mean, w), train_y, D.whiten(test_x, mean, w), test_y
 
     def train_batch(self, step: int, rank: int = 0, world_size: int = 1) -> tuple[Tensor, Tensor]:
         """Batch `step` of the epoch permutation drawn from (seed, epoch); under DDP this rank's slice."""
