@@ -7,7 +7,6 @@ behaviour is in test_runner.py.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -71,10 +70,10 @@ def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: fl
 
 
 def test_sigkill_sigterm_and_resume_end_like_an_uninterrupted_run(tmp_path):
-    overrides = ["task=tiny", "train.steps=60", "train.log_every=1", "train.checkpoint_every=10", "train.eval_every=20"]
+    overrides = ["task=tiny", "train.steps=100", "train.log_every=1", "train.checkpoint_every=10", "train.eval_every=20"]
     reference = run(tiny(tmp_path / "ref", *overrides), tmp_path / "ref" / "run")
 
-    args = cli_args(*overrides, "task.sleep_ms=15", f"paths.runs_dir={tmp_path}")
+    args = cli_args(*overrides, "task.sleep_ms=20", f"paths.runs_dir={tmp_path}")
     run_dir = tmp_path / "tiny" / "synthetic-mini" / "rmsnorm-p1.0-s1"
     ckpt = run_dir / "checkpoints" / "last.pt"
 
@@ -97,13 +96,13 @@ def test_sigkill_sigterm_and_resume_end_like_an_uninterrupted_run(tmp_path):
     assert checkpoint.load(ckpt)["step"] == interrupted["steps"] > saved + 10
     assert [r["step"] for r in read_metrics(run_dir)] == list(range(1, interrupted["steps"] + 1))
 
-    # 3. and again, to the end: one metrics line per step, the same numbers as never interrupted
-    proc = subprocess.run(args, env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    resumed = read_summary(run_dir)
-    assert resumed["status"] == "completed" and resumed["steps"] == 60
+    # 3. and again, to the end (in-process: the same run() the CLI job calls, one python start less):
+    # one metrics line per step, the same numbers as a run that was never interrupted
+    resumed = run(tiny(tmp_path, *overrides, "task.sleep_ms=20"), run_dir)
+    assert resumed["status"] == "completed" and resumed["steps"] == 100
+    assert read_summary(run_dir)["status"] == "completed"
     lines = read_metrics(run_dir)
-    assert [r["step"] for r in lines] == list(range(1, 61))
+    assert [r["step"] for r in lines] == list(range(1, 101))
     assert [r["loss"] for r in lines] == [r["loss"] for r in read_metrics(tmp_path / "ref" / "run")]
     assert resumed["final"] == reference["final"] and resumed["best"] == reference["best"]
 
@@ -124,19 +123,30 @@ def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
     assert "Joblib.Parallel(n_jobs=2" in proc.stdout
 
 
-def test_wandb_offline_run_keeps_secrets_out_of_every_file(tmp_path):
+def test_wandb_offline_run_keeps_secrets_out_of_every_file(tmp_path, monkeypatch):
+    """Through main() in-process (wandb starts its own service process either way)."""
+    wandb = pytest.importorskip("wandb")
     key, literal = "fake-wandb-key-0123456789", "literal-secret-value"
-    env = cli_env(WANDB_API_KEY=key, WANDB_CONFIG_DIR=str(tmp_path / "wcfg"), WANDB_CACHE_DIR=str(tmp_path / "wcache"),
-                  WANDB_DATA_DIR=str(tmp_path / "wdata"), WANDB_SILENT="true")
-    env.pop("WANDB_MODE")  # logger.mode null and no WANDB_MODE: offline by default
-    proc = cli("task=tiny", "logger=wandb", "train.steps=5", f"paths.runs_dir={tmp_path}",
-               f"+extra.token={literal}", "+logger.api_key=${oc.env:WANDB_API_KEY}", env=env)
-    assert proc.returncode == 0, proc.stderr
+    for var, value in {"WANDB_API_KEY": key, "WANDB_CONFIG_DIR": tmp_path / "wcfg", "WANDB_CACHE_DIR": tmp_path / "wcache",
+                       "WANDB_DATA_DIR": tmp_path / "wdata", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0",
+                       "RMSNORM_FULL_ERROR": "0"}.items():
+        monkeypatch.setenv(var, str(value))
+    monkeypatch.delenv("WANDB_MODE")  # logger.mode null and no WANDB_MODE: offline by default
+    monkeypatch.setattr(sys, "argv", ["rmsnorm-train", *cli_args(
+        "task=tiny", "logger=wandb", "train.steps=5", f"paths.runs_dir={tmp_path}", f"+extra.token={literal}",
+        "+logger.api_key=${oc.env:WANDB_API_KEY}", "hydra/job_logging=none", "hydra/hydra_logging=none")[3:]])
+    GlobalHydra.instance().clear()
+    try:
+        main()
+    finally:
+        GlobalHydra.instance().clear()
+        wandb.teardown()
     run_dir = tmp_path / "tiny" / "synthetic-mini" / "rmsnorm-p1.0-s1"
     assert read_summary(run_dir)["status"] == "completed"
     assert list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
-    leaks = [p for p in tmp_path.rglob("*") if p.is_file() and (key.encode() in p.read_bytes() or literal.encode() in p.read_bytes())]
-    assert leaks == []
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "overrides.yaml" for p in files)  # Hydra's copies were written, and scrubbed
+    assert [p for p in files if key.encode() in p.read_bytes() or literal.encode() in p.read_bytes()] == []
 
 
 @pytest.mark.skipif(not (REPO / "rmsnorm_repro" / "tasks" / "convpool" / "task.py").exists(), reason="convpool task not here yet")

@@ -41,7 +41,8 @@ def test_recall_on_a_hand_made_matrix_with_ties():
     # image retrieval ranks [1,0,1,1,1, 0,1,1,0,0]; caption retrieval: each image has a wrong caption at 0
     assert m["image_r1"] == pytest.approx(40.0) and m["image_r5"] == 100.0
     assert m["image_medr"] == 2.0 and m["image_meanr"] == pytest.approx(1.6)
-    assert m["caption_r1"] == 0.0 and m["caption_r5"] == 100.0 and m["caption_medr"] == 2.0 and m["caption_meanr"] == 2.0
+    assert m["caption_r1"] == 0.0 and m["caption_r5"] == 100.0
+    assert m["caption_medr"] == 2.0 and m["caption_meanr"] == 2.0
     assert [r.tolist() for r in ranks(HAND)] == [list(x) for x in brute_force_ranks(HAND)]
 
 

@@ -107,7 +107,7 @@ def test_text_loader_errors_are_clear(tmp_path):
 def test_multi30k_without_root_or_network_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     data = {"name": "multi30k", "root": None, "src": "en", "tgt": "de", "train": "train", "valid": "val", "test": []}
-    with pytest.raises(RuntimeError, match="data.root"):
+    with pytest.raises(FileNotFoundError, match="data.root"):
         load_corpus(run_cfg(tmp_path, data))
 
 
@@ -133,7 +133,7 @@ def test_wmt14_loader_reads_a_saved_hub_dataset(tmp_path):
     assert set(c.tests) == {"test14", "test17"} and len(c.tests["test14"][0]) == 7 and c.tests["test17"][1] == ["Das ist 2017."] * 3
     assert "newstest2014 full (7 lines" in c.info["test14"]
     # offline and no saved copy: one clear instruction
-    with pytest.raises(RuntimeError, match="make data-wmt14"):
+    with pytest.raises(FileNotFoundError, match="make data-wmt14"):
         load_corpus(run_cfg(tmp_path, {**data, "root": str(tmp_path / "absent")}))
 
 

@@ -57,15 +57,15 @@ def test_transformer_learns_the_synthetic_pair(tmp_path):
     before = task.evaluate(model, "valid")
     train(task, model, 150)
     after = task.evaluate(model, "valid")
-    assert set(after) == {"bleu", "valid_loss"}
-    assert after["valid_loss"] < before["valid_loss"] - 1.0
+    assert set(after) == {"bleu", "loss"}
+    assert after["loss"] < before["loss"] - 1.0
     assert before["bleu"] < 2 and after["bleu"] > 8, (before, after)
     # our BLEU is sacreBLEU's on the detokenized output against the raw references
     src, refs = task.data.valid_text
     hyps = task.translate(model, task.data.valid, beam=3)
     test = task.evaluate(model, "test")
-    assert test["valid_bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
-    assert set(test) == {"valid_bleu", "test_bleu", "test_sentences"} and test["test_sentences"] == 40
+    assert test["valid_beam_bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert set(test) == {"valid_beam_bleu", "test_bleu", "test_sentences"} and test["test_sentences"] == 40
     assert "tok:13a" in task.bleu_signature and task.data_info["data"] == "synthetic"
 
 
@@ -73,11 +73,11 @@ def test_norm_none_transformer_runs_and_reports(tmp_path):
     task, model = make_task(tmp_path, "transformer", "none", ["optim.lr=1.0"])
     train(task, model, 3)  # an absurd lr: whatever happens, training and evaluation must not crash
     out = task.evaluate(model, "valid")
-    assert set(out) == {"bleu", "valid_loss"} and 0 <= out["bleu"] <= 100
+    assert set(out) == {"bleu", "loss"} and 0 <= out["bleu"] <= 100
     with torch.no_grad():  # a diverged model (NaN weights) still decodes and scores, near 0
         model.encoder[0].ffn[0].weight.fill_(float("nan"))
     out = task.evaluate(model, "valid")
-    assert 0 <= out["bleu"] < 5 and math.isnan(out["valid_loss"])
+    assert 0 <= out["bleu"] < 5 and math.isnan(out["loss"])
 
 
 @pytest.mark.parametrize("task_name", ["transformer", "rnnsearch"])
@@ -105,7 +105,7 @@ def test_rnnsearch_end_to_end_with_table5(tmp_path):
     before = task.evaluate(model, "valid")
     train(task, model, 60)
     after = task.evaluate(model, "valid")
-    assert after["valid_loss"] < before["valid_loss"] - 1.0, (before, after)
+    assert after["loss"] < before["loss"] - 1.0, (before, after)
     test = task.evaluate(model, "test")
     for label in ("1", "2", "3", "4", "all"):
         assert math.isfinite(test[f"table5_mean_{label}"]) and test[f"table5_std_{label}"] > 0
@@ -134,4 +134,4 @@ def test_text_data_through_the_task(tmp_path):
                             ["data=text", f"data.root={root}", "data.vocab_size=60", "data.test=[test_2016_flickr]"])
     train(task, model, 2)
     out = task.evaluate(model, "test")
-    assert set(out) == {"valid_bleu", "test_bleu", "test_sentences"} and out["test_sentences"] == 10
+    assert set(out) == {"valid_beam_bleu", "test_bleu", "test_sentences"} and out["test_sentences"] == 10

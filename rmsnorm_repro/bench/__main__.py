@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", action="store_true", help="step table (task x norm at paper sizes)")
     ap.add_argument("--allocator", choices=("tuned", "default"), default="tuned")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: robust on a shared machine)")
-    ap.add_argument("--rounds", type=int, default=5, help="round-robin repetitions (kernels); steps use --step-rounds")
-    ap.add_argument("--min-run-time", type=float, default=0.2, help="seconds per timed block (kernels)")
+    ap.add_argument("--rounds", type=int, default=15, help="round-robin repetitions (kernels); steps use --step-rounds")
+    ap.add_argument("--min-run-time", type=float, default=0.05, help="seconds per timed block (kernels)")
     ap.add_argument("--tasks", default="", help="comma list (default: every task present)")
     ap.add_argument("--norms", default="", help="comma list (default: every norm a task supports)")
     ap.add_argument("--step-rounds", type=int, default=2)
@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
                  "copy of a tensor of the same shape timed in the same rounds",
                  "fwd+bwd includes allocating the output and every gradient; torch layer_norm has its bias, "
                  "RMSNorm has none (the paper's setting); eps 1e-8 outside the sqrt for the suite's RMSNorm",
-                 f"medians of {args.rounds} round-robin rounds of torch.utils.benchmark blocks; CPU ms: thread CPU time"]
+                 f"medians of {args.rounds} round-robin rounds of ~{args.min_run_time * 1e3:.0f} ms blocks; ratios: medians "
+                 "of each block over the torch layer_norm block timed just before it; CPU ms: thread CPU time"]
         _write(out, f"kernels-{device}-{args.allocator}", {**env, "copy_gb_s": copy}, rows, kernels.markdown(rows), notes)
 
     if do_steps:

@@ -1,8 +1,8 @@
 """Kernel table: RMSNorm implementations against torch's fused LayerNorm, forward and forward+backward.
 
-Every implementation is timed on the same tensors in one process, round-robin (one block of each
-in turn, `rounds` times), so load from other processes hits all of them alike; the table gives the
-median over rounds. Forward+backward includes allocating the output and all gradients, as in
+Every implementation is timed on the same tensors in one process, round-robin, each block right
+after a block of torch layer_norm: ratios are medians of these adjacent pairs, so load from other
+processes (this machine is shared) hits both sides of a ratio alike. Forward+backward includes allocating the output and all gradients, as in
 training. Bandwidth: the bytes a fused kernel must move at least (fwd: read x, write y;
 fwd+bwd: that plus read x and dy, write dx), against a same-sized tensor copy timed in the same rounds.
 """
@@ -15,7 +15,6 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from torch.utils import benchmark
 
 from ..norms import functional as fn
 
@@ -55,14 +54,34 @@ def _statements(f: Callable, x, w, b, dy) -> dict[str, Callable[[], None]]:
     return {"fwd": forward, "fwd+bwd": forward_backward}
 
 
-def _median_ms(stmt: Callable[[], None], min_run_time: float, clock) -> float:
-    timer = benchmark.Timer("stmt()", globals={"stmt": stmt}, timer=clock)
-    return timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
+def _calibrate(stmt: Callable[[], None], seconds: float) -> int:
+    """Calls per timed block so that a block takes about `seconds`."""
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            stmt()
+        if time.perf_counter() - start >= seconds / 4 or number >= 1 << 20:
+            return max(1, round(number * seconds / max(time.perf_counter() - start, 1e-9)))
+        number *= 4
 
 
-def run(shapes=SHAPES, names: list[str] | None = None, rounds: int = 5, min_run_time: float = 0.2,
+def _block_ms(stmt: Callable[[], None], number: int, cpu_clock) -> tuple[float, float]:
+    """(wall ms, CPU ms) per call over one block of `number` calls."""
+    wall, cpu = time.perf_counter(), cpu_clock()
+    for _ in range(number):
+        stmt()
+    return (time.perf_counter() - wall) * 1e3 / number, (cpu_clock() - cpu) * 1e3 / number
+
+
+def run(shapes=SHAPES, names: list[str] | None = None, rounds: int = 15, min_run_time: float = 0.05,
         dtype=torch.float32) -> list[dict]:
-    """One row per (shape, mode, implementation): wall and CPU medians, GB/s, ratios."""
+    """One row per (shape, mode, implementation): wall and CPU medians, GB/s, ratios.
+
+    Each round times every implementation in a block right after a block of torch layer_norm
+    (same mode), and the ratios are medians of these adjacent pairs: load that changes between
+    rounds cancels out.
+    """
     rows = []
     # CPU time of this thread: robust against other processes when torch runs on one thread.
     cpu_clock = time.thread_time if torch.get_num_threads() == 1 else time.process_time
@@ -71,34 +90,41 @@ def run(shapes=SHAPES, names: list[str] | None = None, rounds: int = 5, min_run_
         x = torch.randn(n, d, generator=g, dtype=dtype)
         w, b = 1 + 0.1 * torch.randn(d, generator=g, dtype=dtype), 0.1 * torch.randn(d, generator=g, dtype=dtype)
         dy = torch.randn(n, d, generator=g, dtype=dtype)
-        impls = {k: v for k, v in implementations(d).items() if names is None or k in names}
+        impls = {k: v for k, v in implementations(d).items() if names is None or k in names or k == "torch layer_norm"}
         copy_dst = torch.empty_like(x)
-        stmts = {("copy", "copy"): lambda: copy_dst.copy_(x)}
+        stmts = {}
         for name, f in impls.items():
             for mode, stmt in _statements(f, x, w, b, dy).items():
                 stmt()  # warm up: builds, compiles, first-touch of the parameters
                 stmts[(name, mode)] = stmt
-        wall = {key: [] for key in stmts}
-        cpu = {key: [] for key in stmts}
+        stmts[("copy", "copy")] = lambda: copy_dst.copy_(x)
+        number = {key: _calibrate(stmt, min_run_time) for key, stmt in stmts.items()}
+        wall, cpu = {key: [] for key in stmts}, {key: [] for key in stmts}
+        ratio, ratio_cpu = {key: [] for key in stmts}, {key: [] for key in stmts}
         for _ in range(rounds):
             for key, stmt in stmts.items():
-                wall[key].append(_median_ms(stmt, min_run_time, time.perf_counter))
-                cpu[key].append(_median_ms(stmt, min_run_time / 2, cpu_clock))
+                ln_key = ("torch layer_norm", key[1] if key[1] != "copy" else "fwd")
+                ln_wall, ln_cpu = _block_ms(stmts[ln_key], number[ln_key], cpu_clock) if key != ln_key else (None, None)
+                w_ms, c_ms = _block_ms(stmt, number[key], cpu_clock)
+                ln_wall, ln_cpu = ln_wall or w_ms, ln_cpu or c_ms
+                wall[key].append(w_ms)
+                cpu[key].append(c_ms)
+                ratio[key].append(w_ms / ln_wall)
+                ratio_cpu[key].append(c_ms / ln_cpu)
         med = {key: statistics.median(v) for key, v in wall.items()}
-        med_cpu = {key: statistics.median(v) for key, v in cpu.items()}
         row_bytes = n * d * x.element_size()
         copy_gbs = 2 * row_bytes / med[("copy", "copy")] / 1e6
         for (name, mode), ms in med.items():
-            if name == "copy":
+            if name == "copy" or (names is not None and name not in names):
                 continue
             moved = (2 if mode == "fwd" else 5) * row_bytes
-            ln, trms = med[("torch layer_norm", mode)], med.get(("torch rms_norm", mode))
-            ln_cpu = med_cpu[("torch layer_norm", mode)]
+            trms = ("torch rms_norm", mode)
             rows.append({
-                "shape": f"{n}x{d}", "mode": mode, "impl": name, "ms": ms, "cpu_ms": med_cpu[(name, mode)],
+                "shape": f"{n}x{d}", "mode": mode, "impl": name, "ms": ms, "cpu_ms": statistics.median(cpu[(name, mode)]),
                 "gb_s": moved / ms / 1e6, "pct_copy": 100 * moved / ms / 1e6 / copy_gbs, "copy_gb_s": copy_gbs,
-                "vs_layer_norm": ms / ln, "vs_layer_norm_cpu": med_cpu[(name, mode)] / ln_cpu,
-                "vs_torch_rms_norm": ms / trms if trms else None,
+                "vs_layer_norm": statistics.median(ratio[(name, mode)]),
+                "vs_layer_norm_cpu": statistics.median(ratio_cpu[(name, mode)]),
+                "vs_torch_rms_norm": ms / med[trms] if trms in med else None,
             })
     return rows
 
@@ -107,7 +133,9 @@ def dram_copy_gbs(mib: int = 256, repeats: int = 5) -> float:
     """Copy bandwidth (read + write) of a buffer far beyond the caches."""
     src = torch.ones(mib * 2**20 // 4)
     dst = torch.empty_like(src)
-    ms = statistics.median(_median_ms(lambda: dst.copy_(src), 0.2, time.perf_counter) for _ in range(repeats))
+    stmt = lambda: dst.copy_(src)  # noqa: E731
+    number = _calibrate(stmt, 0.2)
+    ms = statistics.median(_block_ms(stmt, number, time.thread_time)[0] for _ in range(repeats))
     return 2 * src.numel() * 4 / ms / 1e6
 
 

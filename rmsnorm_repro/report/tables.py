@@ -280,7 +280,7 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
     datas = sorted({r.data for r in runs})
     lines = [f"{heading} {page.title}", ""]
     lines.append(f"Ours: task `{page.task}`, data {', '.join(datas)}, scale {', '.join(scales)}, "
-                 f"{len(runs)} runs from `{runs_dir}`.  ")
+                 f"{len(runs)} run{'s' if len(runs) != 1 else ''} from `{runs_dir}`.  ")
     lines.append(f"Our machine: {describe_env(runs)}.  ")
     hardware = sorted({r["hardware"] for r in paper if r.get("hardware")})
     if hardware:

@@ -76,7 +76,8 @@ def parse_question(text: str, path: Path | str = "<text>") -> tuple[list[str], l
     return blocks[1].split(), blocks[2].split(), blocks[3].strip(), listed
 
 
-def _read_split(folder: Path, limit: int | None, max_doc_len: int | None) -> list[tuple[list[str], list[str], int, list[int]]]:
+def _read_split(folder: Path, limit: int | None, max_doc_len: int | None) -> list[tuple]:
+    """(context tokens, query tokens, answer number, candidate numbers) per file, in name order."""
     files = sorted(folder.glob("*.question"))
     if not files:
         raise FileNotFoundError(f"data=cnn: no .question files in {folder}")
@@ -123,7 +124,8 @@ def load_cnn(data_cfg: Mapping[str, Any]) -> ReaderData:
     def encode(tokens: list[str]) -> Tensor:
         return torch.tensor([ids.get(t, 1) for t in tokens], dtype=torch.int32)
 
-    splits = {split: [Example(encode(c), encode(q), a, cands) for c, q, a, cands in rows] for split, rows in raw.items()}
+    splits = {split: [Example(encode(c), encode(q), a, cands) for c, q, a, cands in rows]
+              for split, rows in raw.items()}
     n_entities = 1 + max(max(e.candidates) for rows in splits.values() for e in rows)
     return ReaderData(vocab, n_entities, splits)
 

@@ -34,8 +34,8 @@ class AttentiveReader(nn.Module):
     ):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, emb_dim, padding_idx=0)
-        self.doc_encoder = NormLSTM(emb_dim, hidden, norms, max_doc_len, bidirectional=True, forget_bias=forget_bias)
-        self.query_encoder = NormLSTM(emb_dim, hidden, norms, max_query_len, bidirectional=True, forget_bias=forget_bias)
+        self.doc_encoder = NormLSTM(emb_dim, hidden, norms, max_doc_len, True, forget_bias)
+        self.query_encoder = NormLSTM(emb_dim, hidden, norms, max_query_len, True, forget_bias)
         self.att_doc = norms.linear(2 * hidden, hidden, bias=True)
         self.att_query = norms.linear(2 * hidden, hidden, bias=False)
         self.att_score = norms.linear(hidden, 1, bias=False)

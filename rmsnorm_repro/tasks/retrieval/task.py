@@ -28,7 +28,8 @@ class RetrievalTask(Task):
 
     def build_model(self) -> nn.Module:
         m = self.cfg.task.model
-        return OrderEmbedding(len(self.data.vocab), self.data.feature_dim, self.norms, int(m.word_dim), int(m.dim)).to(self.device)
+        model = OrderEmbedding(len(self.data.vocab), self.data.feature_dim, self.norms, int(m.word_dim), int(m.dim))
+        return model.to(self.device)
 
     def train_batch(self, step: int, rank: int = 0, world_size: int = 1) -> dict[str, Tensor]:
         """Caption-image pairs: an epoch visits every caption once, each with its own image.
@@ -36,7 +37,8 @@ class RetrievalTask(Task):
         In-batch negatives are the other pairs of this process's batch (under DDP: of its shard).
         """
         train = self.data.splits["train"]
-        index = batch_indices(len(train.captions), int(self.cfg.train.batch_size), step, int(self.cfg.seed), rank, world_size)
+        batch_size, seed = int(self.cfg.train.batch_size), int(self.cfg.seed)
+        index = batch_indices(len(train.captions), batch_size, step, seed, rank, world_size)
         tokens, mask = pad_captions([train.captions[i] for i in index.tolist()], self.device)
         return {"tokens": tokens, "mask": mask, "images": train.images[index // CAPTIONS_PER_IMAGE].to(self.device)}
 

@@ -93,7 +93,7 @@ def _multi30k(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
     try:
         hub = datasets.load_dataset("bentrevett/multi30k", cache_dir=str(Path(paths["data_dir"]) / "hf"))
     except Exception as e:  # offline, hub down: say what to do instead
-        raise RuntimeError(f"data=multi30k: cannot load 'bentrevett/multi30k' from the hub ({type(e).__name__}); "
+        raise FileNotFoundError(f"data=multi30k: cannot load 'bentrevett/multi30k' from the hub ({type(e).__name__}); "
                            "set data.root to a folder of train/val .en/.de[.gz] text files") from e
     src, tgt = data["src"], data["tgt"]
     pair = lambda d: (list(d[src]), list(d[tgt]))  # noqa: E731
@@ -133,7 +133,7 @@ def ensure_wmt14(root: str | os.PathLike, hf_cache: str | os.PathLike) -> Path:
         try:
             hub = datasets.load_dataset("wmt/wmt14", "de-en", cache_dir=str(hf_cache))
         except Exception as e:  # offline, hub down: say what to do instead
-            raise RuntimeError(f"data=wmt14: no saved copy in {root} and the hub is unreachable ({type(e).__name__}); "
+            raise FileNotFoundError(f"data=wmt14: no saved copy in {root} and the hub is unreachable ({type(e).__name__}); "
                                "run `make data-wmt14` where there is network, or set data.root") from e
         hub.save_to_disk(str(root))
     if not (root / "newstest2017.en").exists() or not (root / "newstest2017.de").exists():
@@ -142,7 +142,7 @@ def ensure_wmt14(root: str | os.PathLike, hf_cache: str | os.PathLike) -> Path:
         try:
             files = {"en": get_source_file("wmt17", "en-de"), "de": get_reference_files("wmt17", "en-de")[0]}
         except Exception as e:
-            raise RuntimeError(f"data=wmt14: newstest2017 is not in {root} and sacrebleu cannot download it "
+            raise FileNotFoundError(f"data=wmt14: newstest2017 is not in {root} and sacrebleu cannot download it "
                                f"({type(e).__name__}); run `make data-wmt14` where there is network") from e
         for lang, path in files.items():
             (root / f"newstest2017.{lang}").write_text(Path(path).read_text(encoding="utf-8"), encoding="utf-8")

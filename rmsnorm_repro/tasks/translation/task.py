@@ -2,17 +2,18 @@
 
 Both share the data pipeline (data.py), the label-smoothed loss, decoding (beam.py) and BLEU
 (bleu.py); they differ in the model, the batching (sentences vs tokens) and the supported norms.
-evaluate("valid") -> {"bleu", "valid_loss"}: BLEU with decode.valid_beam on the first
-decode.valid_sentences sentences (all when null), loss per target token on the whole valid set.
-evaluate("test") -> "<test>_bleu" and "<test>_sentences" per configured test split (test14 and
-test17 for WMT14, test otherwise) with decode.beam, plus "valid_bleu" on the whole valid set.
+evaluate("valid") -> {"bleu", "loss"}: BLEU with decode.valid_beam on the first
+decode.valid_sentences sentences (all when null), loss per target token on the whole valid set
+(the runner logs it as valid_loss). evaluate("test") -> "<test>_bleu" and "<test>_sentences" per
+configured test split (test14 and test17 for WMT14, test otherwise) with decode.beam, plus
+"valid_beam_bleu" on the whole valid set.
 The sacreBLEU signature is the attribute `bleu_signature`; provenance (e.g. which newstest2014
 variant) is `data_info`.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -69,9 +70,9 @@ class TranslationTask(Task):
             if n is not None and n < len(src):
                 src, ref, enc = src[:n], ref[:n], subset(enc, np.arange(n))
             bleu, _ = corpus_bleu(self.translate(model, enc, int(dec.valid_beam)), ref)
-            return {"bleu": bleu, "valid_loss": self.nll(model, self.data.valid)}
+            return {"bleu": bleu, "loss": self.nll(model, self.data.valid)}
         if split == "test":
-            out = {"valid_bleu": corpus_bleu(self.translate(model, self.data.valid, int(dec.beam)), self.data.valid_text[1])[0]}
+            out = {"valid_beam_bleu": corpus_bleu(self.translate(model, self.data.valid, int(dec.beam)), self.data.valid_text[1])[0]}
             for name, ((_, ref), enc) in self.data.tests.items():
                 out[f"{name}_bleu"] = corpus_bleu(self.translate(model, enc, int(dec.beam)), ref)[0]
                 out[f"{name}_sentences"] = float(len(ref))
