@@ -271,3 +271,11 @@ def test_fused_inside_torch_compile_traces_the_reference():
     compiled = torch.compile(lambda x: fn.rms_norm(x, w, None, 0.5, 1e-6, True, impl="auto"), fullgraph=True,
                              backend="eager")
     torch.testing.assert_close(compiled(x), fn.rms_norm(x, w, None, 0.5, 1e-6, True))
+
+
+def test_double_backward_is_refused_clearly(ext):
+    x, w, _ = make((3, 8), bias=False)
+    x.requires_grad_()
+    y = fn.rms_norm(x, w, impl="fused")
+    with pytest.raises(RuntimeError, match="differentiable once"):
+        torch.autograd.grad(y.sum(), x, create_graph=True)

@@ -203,6 +203,9 @@ struct RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // The kernel's gradients carry no graph: refuse create_graph rather than return wrong 2nd derivatives.
+    TORCH_CHECK(!at::GradMode::is_enabled(), "fused rms_norm is differentiable once (no create_graph / double "
+                "backward); use norm.impl=reference for higher-order gradients");
     const auto saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &weight = saved[1], &scale = saved[2], &coef = saved[3];
     const int64_t k = ctx->saved_data["k"].toInt();
