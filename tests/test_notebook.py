@@ -5,7 +5,6 @@ the kernel is this interpreter's ipykernel, so it sees the installed package.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nbformat

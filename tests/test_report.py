@@ -149,7 +149,7 @@ def test_paper_csvs_hold_the_published_numbers():
         for norm in ("rmsnorm", "prmsnorm"):
             expected = 100 * (t_ln - float(paper[norm][prefix + "time_mean"])) / t_ln
             assert float(paper[norm][prefix + "speedup_pct"]) == pytest.approx(expected, abs=0.6), (name, norm)
-    every = [PathLikeCsv for PathLikeCsv in sorted(tables.PAPER_DIR.glob("table*.csv"))]
+    every = sorted(tables.PAPER_DIR.glob("table*.csv"))
     assert {p.stem for p in every} >= {"table2", "table3", "table4", "table5", "table6", "table7", "table8", "table10"}
     for path in every:
         with open(path, newline="") as f:

@@ -104,7 +104,7 @@ def test_nan_loss_stops_the_run_as_diverged(tmp_path):
 
 def test_wall_clock_budget_stops_cleanly(tmp_path):
     summary = run(tiny(tmp_path, "train.max_minutes=0.003", "task.sleep_ms=20", "train.steps=1000"), tmp_path / "r")
-    assert summary["status"] == "completed" and 3 <= summary["steps"] < 1000
+    assert summary["status"] == "completed" and 1 <= summary["steps"] < 1000
     assert "error" in summary["final"]  # a finished run: tested at the end
     assert checkpoint.load(tmp_path / "r" / "checkpoints" / "last.pt")["step"] == summary["steps"]
 
