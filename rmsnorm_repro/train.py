@@ -3,6 +3,7 @@
     python -m rmsnorm_repro.train task=convpool norm=rmsnorm scale=mini seed=2
     python -m rmsnorm_repro.train -m task=convpool norm=none,layernorm,rmsnorm seed=1,2
     python -m rmsnorm_repro.train -m launcher=joblib hydra.launcher.n_jobs=4 norm=layernorm,rmsnorm
+    torchrun --nproc_per_node=8 -m rmsnorm_repro.train task=transformer data=wmt14   # DDP, see runner/distributed.py
 
 Bad input (an unknown option, p outside (0, 1], a missing data root, ...) ends in one line on
 stderr and exit code 2; HYDRA_FULL_ERROR=1 shows the traceback instead. A diverged run is a
@@ -84,6 +85,10 @@ def main() -> None:
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     os.environ["RMSNORM_FULL_ERROR"] = "1" if full_error else "0"
+    if int(os.environ.get("RANK", "0")) > 0:
+        # torchrun starts one Hydra per rank, all with the same run dir (its name has no timestamp):
+        # rank 0 alone writes Hydra's .hydra/ files and the job log; the other ranks log to the console
+        sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
     try:
         _job()
     except RunFailed:

@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> None:
         notes = [f"paper model sizes (scale=paper), batch = {args.batch_fraction} x the paper's (see the batch column), "
                  f"CPU fp32, synthetic data; median of {args.step_rounds} x {args.step_count} steps per norm, "
                  "norms in turn; a step = zero_grad + loss + backward + clip + Adam",
-                 "overhead / LN's = (T_norm - T_none) / (T_layernorm - T_none); paper ratio = its time / its LayerNorm time"]
+                 "overhead / LN's = (T_norm - T_none) / (T_layernorm - T_none), '-' where LayerNorm's overhead is under "
+                 "2% of the no-norm step (within noise); paper ratio = its time / its LayerNorm time"]
         if missing:
             notes.append(f"tasks not available in this checkout: {', '.join(missing)}")
         _write(out, f"steps-{device}-{args.allocator}", env, rows, steps.markdown(rows), notes)

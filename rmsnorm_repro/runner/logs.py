@@ -141,17 +141,23 @@ class WandbLogger:
 
 # console ---------------------------------------------------------------------------------------
 class Progress:
-    """A tqdm bar on a terminal; plain log lines (every 30 s and at each eval) in CI and files."""
+    """A tqdm bar on a terminal; plain log lines (every 30 s and at each eval) in CI and files.
 
-    def __init__(self, start: int, total: int):
+    Disabled (silent) on DDP ranks other than 0.
+    """
+
+    def __init__(self, start: int, total: int, enabled: bool = True):
         self.bar = None
+        self.enabled = enabled
         self.last_line = time.perf_counter()
-        if sys.stderr.isatty():
+        if enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=start, unit="step", dynamic_ncols=True, file=sys.stderr)
 
     def step(self, step: int, total: int, loss: float, step_ms: float, evaluated: dict[str, float] | None) -> None:
+        if not self.enabled:
+            return
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{loss:.4g}", step_ms=f"{step_ms:.1f}", refresh=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import math
 import platform
 import random
@@ -28,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from .. import config_resolvers  # noqa: F401  (the resolvers configs use, e.g. ${if_eq:...})
 from ..norms import Normalization, build_normalization
 from ..tasks import TASKS, Task, get_task_class
-from . import checkpoint
+from . import checkpoint, distributed
 from .config import ConfigError, check_config, check_data_root, config_differences, scrub
 from .logs import MetricsFile, Progress, WandbLogger, log, wandb_mode, write_json
 from .optim import beta1_switch, build_optimizer, build_schedule
@@ -128,11 +129,12 @@ def stop_requests() -> Iterator[dict[str, Any]]:
 
 
 # The run ---------------------------------------------------------------------------------------
-def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
+def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> dict[str, Any]:
     """Train cfg's task in run_dir (resuming if it holds a checkpoint) and return the summary.
 
-    Bad input raises ConfigError before anything is written. `rank`/`world_size` are the seam for
-    DDP: the task shards its batches by them.
+    Bad input raises ConfigError before anything is written. Under torchrun (or a SLURM job with
+    several tasks) every process calls this and they train one model with DDP (distributed.py):
+    rank 0 alone writes files and logs, every rank returns the summary.
     """
     run_dir = Path(run_dir)
     check_config(cfg)
@@ -147,13 +149,23 @@ def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None, rank: int
         wandb_mode(cfg.logger)  # a missing API key fails now, not after the model is built
 
     device = resolve_device(cfg.device)
-    seed_everything(cfg.seed)
+    with distributed.process_group(device) as world:
+        return _run(cfg, run_dir, experiment, cls, norms, config, resume_from, distributed.rank_device(device, world), world)
+
+
+def _run(cfg, run_dir, experiment, cls, norms, config, resume_from, device, world) -> dict[str, Any]:
+    """run() in one process: the only one, or one rank of a DDP run."""
+    if not world.main:
+        log.setLevel(logging.WARNING)  # rank 0 reports progress; the others only what goes wrong
+    seed_everything(cfg.seed)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
     try:
         task = cls(cfg, norms, device)
         raw_model = task.build_model().to(device)
     except (ValueError, FileNotFoundError) as e:  # tasks report bad input (a missing data file) this way
         raise ConfigError(str(e)) from e
-    model = torch.compile(raw_model) if cfg.train.compile else raw_model
+    if world.rank > 0:
+        # own dropout masks per rank; rank 0 keeps the one-process stream
+        seed_everything(cfg.seed + 1_000_003 * world.rank)
     total = int(cfg.train.steps)
     optimizer = build_optimizer(raw_model.parameters(), cfg.optim)
     scheduler = build_schedule(optimizer, cfg.optim, total)
@@ -168,28 +180,36 @@ def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None, rank: int
         raw_model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
-        checkpoint.set_rng_state(saved["rng"])
+        checkpoint.set_rng_state(saved["rng"] if world.main else _rank_rng(saved, world, cfg.seed))
         state.update({k: saved[k] for k in state})
         state["step_ms"] = saved["step_ms"].tolist()
         log.info(f"resuming {run_dir} from step {state['step']}")
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_config(run_dir, config)
-    metrics = MetricsFile(run_dir / "metrics.jsonl", state["step"])
-    wandb = WandbLogger(cfg, config, run_dir, experiment) if cfg.logger.name == "wandb" else None
+    # DDP's construction is a collective: past it, every rank has read the run dir, so rank 0 may write
+    model = distributed.wrap(raw_model, device, world)
+    model = torch.compile(model) if cfg.train.compile else model
+    metrics, wandb = None, None
+    if world.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_config(run_dir, config)
+        metrics = MetricsFile(run_dir / "metrics.jsonl", state["step"])
+        wandb = WandbLogger(cfg, config, run_dir, experiment) if cfg.logger.name == "wandb" else None
     summary: dict[str, Any] = {}
     try:
         with stop_requests() as stop:
             summary = train(cfg, task, model, raw_model, optimizer, scheduler, state, run_dir, metrics, wandb,
-                            stop, rank, world_size)
-        summary["env"] = environment(device, norms, bool(cfg.train.compile))
+                            stop, world)
+        summary["env"] = {**environment(device, norms, bool(cfg.train.compile)), "world_size": world.world_size}
         if getattr(task, "bleu_signature", None):
             summary["bleu_signature"] = task.bleu_signature
-        write_json(run_dir / "summary.json", summary)
+        if world.main:
+            write_json(run_dir / "summary.json", summary)
         if wandb is not None:
             wandb.summary(summary)
         return summary
     except Exception as e:
+        if not world.main:
+            raise
         # a crash (a bug, out of memory): never leave a summary that claims anything else
         write_json(run_dir / "summary.json", scrub({
             **_identity(cfg), "status": "failed", "steps": state["step"], "step_ms_median": None,
@@ -199,7 +219,8 @@ def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None, rank: int
         }))
         raise
     finally:
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
         if wandb is not None:
             wandb.finish(exit_code=0 if summary.get("status") in ("completed", "diverged", "interrupted") else 1)
 
@@ -210,13 +231,29 @@ def write_config(run_dir: Path, config: dict[str, Any]) -> None:
     tmp.replace(run_dir / "config.yaml")
 
 
+def _rank_rng(saved: dict[str, Any], world: distributed.World, seed: int) -> dict[str, Any]:
+    """This rank's RNG states from the checkpoint; a run resumed on another number of processes
+    cannot continue the other ranks' streams, so they start fresh ones from (seed, rank, step)."""
+    ranks = saved.get("rng_ranks")
+    if ranks is not None and len(ranks) == world.world_size:
+        return ranks[world.rank]
+    seed_everything(seed + 1_000_003 * world.rank + 7919 * int(saved["step"]))
+    return checkpoint.rng_state()
+
+
 def _identity(cfg: DictConfig) -> dict[str, Any]:
     return {"task": cfg.task.name, "norm": cfg.norm.name, "p": float(cfg.norm.p), "seed": int(cfg.seed),
             "data": cfg.data.name, "scale": cfg.scale.name}
 
 
-def train(cfg, task, model, raw_model, optimizer, scheduler, state, run_dir, metrics, wandb, stop, rank, world_size):
-    """Steps from state["step"] to train.steps; returns the summary (without env)."""
+def train(cfg, task, model, raw_model, optimizer, scheduler, state, run_dir, metrics, wandb, stop, world):
+    """Steps from state["step"] to train.steps; returns the summary (without env).
+
+    Under DDP every rank runs this loop in lockstep: the logged loss and throughput are all-reduced
+    over ranks, stop requests (a signal, the time budget, a NaN) too, so all ranks stop at the same
+    step. Rank 0 alone evaluates (on the unwrapped model, the others wait at a barrier), logs and
+    checkpoints. step_ms is rank 0's and includes DDP's gradient all-reduce.
+    """
     device = next(raw_model.parameters()).device
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     total, clip = int(cfg.train.steps), cfg.optim.clip
@@ -228,30 +265,40 @@ def train(cfg, task, model, raw_model, optimizer, scheduler, state, run_dir, met
     best_name, best_mode = task.best_metric
     clock0 = time.perf_counter() - state["wall_s"]  # wall_s continues across resumes
     start = step = state["step"]
-    status, first_ms = "completed", None
+    status, first_ms, stopping = "completed", None, None
     interval_units, interval_ms = 0, 0.0
 
     def evaluate(split: str) -> dict[str, float]:
-        model.eval()
+        """Rank 0's evaluation (the DDP wrapper's forward would wait for the other ranks)."""
+        if not world.main:
+            distributed.barrier(world)
+            return {}
+        eval_model = raw_model if world.distributed else model
+        eval_model.eval()
         with torch.no_grad():
-            out = {k: float(v) for k, v in task.evaluate(model, split).items()}
+            out = {k: float(v) for k, v in task.evaluate(eval_model, split).items()}
         model.train()
+        distributed.barrier(world)
         return out
 
     def save_checkpoint() -> None:
+        rng = distributed.gather(checkpoint.rng_state(), world)  # every rank's dropout stream, on rank 0
+        if not world.main:
+            return
         state["wall_s"] = time.perf_counter() - clock0
         checkpoint.save(run_dir / "checkpoints" / "last.pt", {
             **{k: v for k, v in state.items() if k != "step_ms"},
             "step_ms": torch.tensor(state["step_ms"], dtype=torch.float64),
             "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "rng": checkpoint.rng_state(),
+            "scheduler": scheduler.state_dict(), "rng": rng[0],
+            **({"rng_ranks": rng} if world.distributed else {}),
         })
 
-    progress = Progress(start, total)
+    progress = Progress(start, total, enabled=world.main)
     model.train()
     try:
         for step in range(start, total):
-            batch = task.train_batch(step, rank, world_size)
+            batch = task.train_batch(step, world.rank, world.world_size)
             set_beta1(step)
             lr = optimizer.param_groups[0]["lr"]
             # The timed step: forward, backward, clip, update; the device synchronized on both sides.
@@ -259,7 +306,11 @@ def train(cfg, task, model, raw_model, optimizer, scheduler, state, run_dir, met
             t0 = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
             loss, n = task.loss(model, batch)
-            loss.backward()
+            if world.distributed and task.unit == "tokens":
+                # token shards differ in size: weigh each rank's mean so DDP's average is the global mean
+                (loss * distributed.token_weight(int(n), device, world)).backward()
+            else:
+                loss.backward()
             if clip:
                 torch.nn.utils.clip_grad_norm_(params, clip)
             optimizer.step()
@@ -267,7 +318,12 @@ def train(cfg, task, model, raw_model, optimizer, scheduler, state, run_dir, met
             sync()
             ms = (time.perf_counter() - t0) * 1e3
 
-            loss_value, done = loss.item(), step + 1
+            done = step + 1
+            # the global batch's loss and size; a signal or the time budget on any rank stops all of them.
+            # The decisions below read this snapshot: a signal arriving later counts at the next step.
+            loss_value, n, signum, out_of_time = distributed.reduce_step(
+                loss.item(), int(n), _signum(stop["signal"]), time.perf_counter() - clock0 >= budget_s, device, world)
+            stopping = signal.Signals(signum).name if signum else None
             state["step"] = done
             if step == start:
                 first_ms = ms  # warm-up (allocations, compilation): kept out of the statistics
@@ -278,16 +334,15 @@ def train(cfg, task, model, raw_model, optimizer, scheduler, state, run_dir, met
             if wandb is not None:
                 wandb.log({"loss": loss_value, "step_ms": ms, "lr": lr}, step=done)
             diverged = not math.isfinite(loss_value)
-            out_of_time = time.perf_counter() - clock0 >= budget_s
-            last = done == total or out_of_time or stop["signal"] is not None
+            last = done == total or out_of_time or stopping is not None
 
             valid = {}
-            if not diverged and stop["signal"] is None and (done % eval_every == 0 or last):
+            if not diverged and stopping is None and (done % eval_every == 0 or last):
                 valid = evaluate("valid")
                 state["last_valid"], state["last_eval_step"] = valid, done
                 if best_name in valid and (not state["best"] or _better(valid[best_name], state["best"][best_name], best_mode)):
                     state["best"] = {**valid, "step": done}
-            if done % log_every == 0 or valid or last or diverged:
+            if metrics is not None and (done % log_every == 0 or valid or last or diverged):
                 record = {"step": done, "wall_s": round(time.perf_counter() - clock0, 3), "loss": loss_value,
                           "step_ms": round(ms, 3), "lr": lr, per_s: round(interval_units / (interval_ms / 1e3), 2)}
                 record.update({(f"valid_{k}" if k in RUNNER_KEYS else k): v for k, v in valid.items()})
@@ -303,9 +358,9 @@ def train(cfg, task, model, raw_model, optimizer, scheduler, state, run_dir, met
                 break
             if done % ckpt_every == 0 or last:
                 save_checkpoint()
-            if stop["signal"] is not None:
+            if stopping is not None:
                 status = "interrupted"
-                log.warning(f"{stop['signal']} received: checkpoint saved at step {done}, stopping")
+                log.warning(f"{stopping} received: checkpoint saved at step {done}, stopping")
                 break
             if out_of_time:
                 log.info(f"train.max_minutes={cfg.train.max_minutes} spent after {done} steps: stopping")
@@ -337,10 +392,14 @@ def train(cfg, task, model, raw_model, optimizer, scheduler, state, run_dir, met
         "wall_s": round(time.perf_counter() - clock0, 3),
     }
     if status == "interrupted":
-        summary["interrupted_by"] = stop["signal"]
+        summary["interrupted_by"] = stopping
     if status == "diverged":
         summary["diverged_at"] = state["step"]
     return summary
+
+
+def _signum(name: str | None) -> int:
+    return signal.Signals[name].value if name else 0
 
 
 def _better(value: float, best: float, mode: str) -> bool:

@@ -46,7 +46,11 @@ class TinyTask(Task):
         if self.t.sleep_ms:
             time.sleep(self.t.sleep_ms / 1e3)
         gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step)
-        return self._sample(gen, self.cfg.train.batch_size)
+        x, y = self._sample(gen, self.cfg.train.batch_size)
+        if len(y) % world_size:
+            raise ValueError(f"train.batch_size={len(y)} must be divisible by the {world_size} processes")
+        shard = len(y) // world_size  # under DDP this rank's slice of the global batch
+        return x[rank * shard : (rank + 1) * shard], y[rank * shard : (rank + 1) * shard]
 
     def loss(self, model, batch):
         x, y = batch
