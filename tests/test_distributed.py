@@ -178,6 +178,13 @@ def test_collectives_give_every_rank_the_global_numbers():
     assert (r0["gather"], r1["gather"]) == (["rank0", "rank1"], [])
 
 
+def test_a_task_that_ddp_would_change_is_refused_on_every_rank(tmp_path):
+    cfg = compose_cfg(["task=retrieval", "device=cpu", f"paths.runs_dir={tmp_path}"])
+    errors = join_ranks(*start_ranks(ddp_run, cfg, tmp_path / "run"))
+    assert all(e.startswith("ConfigError: task=retrieval cannot train under DDP") for e in errors), errors
+    assert not (tmp_path / "run").exists()
+
+
 def test_one_process_is_not_distributed(monkeypatch):
     for var in ("RANK", "WORLD_SIZE", "SUBMITIT_EXECUTOR"):
         monkeypatch.delenv(var, raising=False)

@@ -21,6 +21,8 @@ class RetrievalTask(Task):
     supported_data: ClassVar[tuple[str, ...]] = ("synthetic", "coco")
     unit: ClassVar[str] = "examples"
     best_metric: ClassVar[tuple[str, str]] = ("rsum", "max")
+    # the contrastive loss takes its negatives from the batch: DDP shards would each see only their own
+    ddp_unsupported: ClassVar[str] = "its contrastive loss takes the negatives from the whole batch"
 
     def __init__(self, cfg, norms, device):
         super().__init__(cfg, norms, device)
