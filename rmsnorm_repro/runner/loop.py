@@ -155,7 +155,7 @@ def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> dict[s
 
 def _run(cfg, run_dir, experiment, cls, norms, config, resume_from, device, world) -> dict[str, Any]:
     """run() in one process: the only one, or one rank of a DDP run."""
-    if world.distributed and getattr(cls, "ddp_unsupported", None):
+    if world.distributed and cls.ddp_unsupported:
         raise ConfigError(f"task={cls.name} cannot train under DDP: {cls.ddp_unsupported}; run it in one process")
     if not world.main:
         log.setLevel(logging.WARNING)  # rank 0 reports progress; the others only what goes wrong

@@ -24,6 +24,8 @@ class Task:
     unit: ClassVar[str] = "examples"
     #: the validation metric that decides "best" and how ("max" or "min")
     best_metric: ClassVar[tuple[str, str]] = ("loss", "min")
+    #: why the task cannot train under DDP (None: it can; its batches shard by rank)
+    ddp_unsupported: ClassVar[str | None] = None
 
     def __init__(self, cfg: DictConfig, norms: Normalization, device: torch.device):
         self.cfg, self.norms, self.device = cfg, norms, device
