@@ -79,11 +79,16 @@ def rank_device(device: torch.device, world: World) -> torch.device:
     return torch.device("cuda", index)
 
 
+def requested_world() -> World:
+    """The processes this run is one of, as torchrun or submitit describe them (not yet joined)."""
+    export_submitit_environment()
+    return world_from_environment()
+
+
 @contextlib.contextmanager
 def process_group(device: torch.device) -> Iterator[World]:
     """Join the process group the environment describes (if any) for the duration of one run."""
-    export_submitit_environment()
-    world = world_from_environment()
+    world = requested_world()
     if not world.distributed or dist.is_initialized():  # one process, or a caller that set it up itself
         yield current_world() if dist.is_initialized() else world
         return

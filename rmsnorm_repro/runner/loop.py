@@ -148,6 +148,9 @@ def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> dict[s
     if cfg.logger.name == "wandb":
         wandb_mode(cfg.logger)  # a missing API key fails now, not after the model is built
 
+    # refused before joining the group, so no rank waits for one that already gave up
+    if cls.ddp_unsupported and distributed.requested_world().distributed:
+        raise ConfigError(f"task={cls.name} cannot train under DDP: {cls.ddp_unsupported}; run it in one process")
     device = resolve_device(cfg.device)
     with distributed.process_group(device) as world:
         return _run(cfg, run_dir, experiment, cls, norms, config, resume_from, distributed.rank_device(device, world), world)
@@ -155,8 +158,6 @@ def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> dict[s
 
 def _run(cfg, run_dir, experiment, cls, norms, config, resume_from, device, world) -> dict[str, Any]:
     """run() in one process: the only one, or one rank of a DDP run."""
-    if world.distributed and cls.ddp_unsupported:
-        raise ConfigError(f"task={cls.name} cannot train under DDP: {cls.ddp_unsupported}; run it in one process")
     if not world.main:
         log.setLevel(logging.WARNING)  # rank 0 reports progress; the others only what goes wrong
     seed_everything(cfg.seed)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)

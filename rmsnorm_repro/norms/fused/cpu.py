@@ -65,6 +65,7 @@ def load():
     except RuntimeError:
         _fallback("ninja is not installed")
         return None
+    log.info("loading the fused CPU RMSNorm kernel (the first use on a machine compiles it once, ~30-60 s)")
     start = time.perf_counter()
     try:
         module = cpp_extension.load(
@@ -74,6 +75,5 @@ def load():
     except Exception as err:  # a compiler error, a missing header: whatever it is, fall back
         _fallback(f"building {SOURCE.name} failed ({str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__})")
         return None
-    log.info("fused CPU RMSNorm kernel ready in %.1f s (cache: %s)", time.perf_counter() - start,
-             cpp_extension._get_build_directory(f"rmsnorm_repro_cpu_{_build_key()}", False))
+    log.info("fused CPU RMSNorm kernel ready in %.1f s (%s)", time.perf_counter() - start, module.__file__)
     return module
