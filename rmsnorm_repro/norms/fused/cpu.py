@@ -58,7 +58,15 @@ def load():
     if shutil.which(compiler) is None:
         _fallback(f"no C++ compiler found (CXX={compiler})")
         return None
-    from torch.utils import cpp_extension
+    # Importing cpp_extension on a machine without CUDA warns "No CUDA runtime is found": irrelevant
+    # to a CPU kernel, and it would break the one-line error output of runs that fail later.
+    torch_ext_log = logging.getLogger("torch.utils.cpp_extension")
+    level = torch_ext_log.level
+    torch_ext_log.setLevel(logging.ERROR)
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        torch_ext_log.setLevel(level)
 
     try:
         cpp_extension.verify_ninja_availability()
