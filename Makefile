@@ -6,7 +6,7 @@ SCALE ?= mini
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test demo table1
+.PHONY: install test demo table1 speed data-wmt14 data-cifar10 data-multi30k
 
 install: $(VENV)/.installed
 
@@ -20,8 +20,53 @@ $(VENV)/.installed: pyproject.toml
 test: install
 	$(PY) -m pytest
 
+# The offline mini reproduction of every table and figure: results/mini/REPORT.md (~20 min, 2 cores).
 demo: install
-	$(PY) -m rmsnorm_repro.report.table1
+	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.report.demo
 
+# Table 1 is computed, not trained: results/tables/table1.md, exit 1 unless 30/30 cells match.
 table1: install
 	$(PY) -m rmsnorm_repro.report.table1
+
+# Paper tables and figures: `make table4 [SCALE=paper] [SEEDS=1,2] [LAUNCHER=joblib] [DATA=...] [ARGS="k=v ..."]`
+# runs the experiment preset's multirun (configs/experiment/<target>.yaml), then the report:
+# results/tables/<target>.md and its figures under results/figures/. Targets that read the same runs
+# share one sweep directory, where the runner names each run after its swept values, so
+# `make table3` after `make table2` trains nothing new (finished runs only re-evaluate).
+SEEDS ?=
+LAUNCHER ?= basic
+DATA ?= synthetic
+ARGS ?=
+RUNS := results/runs/multirun
+PAPER_TARGETS := table2 table3 table4 table5 table6 table7 table8 table9 table10 fig1 fig3 fig4
+table2 table3 table5 fig1: SWEEP = rnnsearch
+table4: SWEEP = transformer
+table6: SWEEP = reader
+table7 table8: SWEEP = retrieval
+table9 table10: SWEEP = convpool
+fig3: SWEEP = rnnsearch-fig3
+fig4: SWEEP = rnnsearch-fig4
+
+.PHONY: $(PAPER_TARGETS)
+$(PAPER_TARGETS): install
+	$(PY) -m rmsnorm_repro.train -m experiment=$@ scale=$(SCALE) data=$(DATA) launcher=$(LAUNCHER) \
+		$(if $(SEEDS),seed=$(SEEDS)) hydra.sweep.dir=$(RUNS)/$(SWEEP)/$(DATA)-$(SCALE) $(ARGS)
+	$(PY) -m rmsnorm_repro.report $(RUNS)/$(SWEEP)/$(DATA)-$(SCALE) --table $@
+
+# Kernel and per-step speed tables (CPU, 1 thread) -> results/speed/*.md|json. "tuned" re-executes
+# with GLIBC_TUNABLES (allocator out of the way, the same for every norm compared).
+speed: install
+	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --kernels --allocator tuned
+	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --kernels --allocator default
+	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --steps --allocator tuned
+
+# One-time downloads for real runs (need network); later runs read the local copies offline.
+data-wmt14: install
+	HF_DATASETS_OFFLINE=0 HF_HUB_OFFLINE=0 $(PY) scripts/download_wmt14.py --root data/wmt14 --hf-cache data/hf
+
+data-cifar10: install
+	$(PY) -c "from torchvision.datasets import CIFAR10; CIFAR10('data/cifar10', train=True, download=True)"
+
+# data=multi30k reads the hub's copy from this cache afterwards (offline).
+data-multi30k: install
+	HF_DATASETS_OFFLINE=0 HF_HUB_OFFLINE=0 $(PY) -c "import datasets; print(datasets.load_dataset('bentrevett/multi30k', cache_dir='data/hf'))"

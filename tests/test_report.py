@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rmsnorm_repro.report import aggregate, demo, figures, tables
+from rmsnorm_repro.report import aggregate, claims, demo, figures, tables
 from rmsnorm_repro.report.__main__ import main as report_main
 
 ENV = {"torch": "2.14.1", "device": "cpu", "device_name": "Test CPU 9000", "threads": 1, "compile": False}
@@ -249,3 +249,14 @@ def test_demo_report_states_each_claim_with_numbers(tmp_path: Path):
         assert section in text, section
     assert "No runs: the `reader` sweep produced none" in text
     assert text.count("![fig1](figures/fig1.png)") == 1 and (out / "figures" / "fig4.png").exists()
+
+
+def test_claims_cannot_tell_when_nothing_learned(tmp_path: Path):
+    for p in (0.25, 1.0):
+        write_run(tmp_path / "p", "rnnsearch", "prmsnorm", 1, p=p, best={"bleu": 0.2})
+    for norm in ("layernorm", "rmsnorm"):
+        write_run(tmp_path / "init", "rnnsearch", norm, 1, best={"bleu": 0.1})
+    fig3 = claims.p_claim(aggregate.group_runs(aggregate.load_runs(tmp_path / "p")), [])
+    fig4 = claims.init_centre_claim(aggregate.group_runs(aggregate.load_runs(tmp_path / "init")))
+    assert fig3.verdict == fig4.verdict == claims.UNSURE
+    assert "no run reached BLEU 1" in fig3.numbers and "neither reached BLEU 1" in fig4.numbers

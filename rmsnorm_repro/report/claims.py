@@ -21,6 +21,8 @@ QUALITY = {
     "convpool": (("error",), "min", "test error %"),
 }
 TASK_ORDER = ("rnnsearch", "transformer", "reader", "retrieval", "convpool")
+# below this validation BLEU a translation model has learned nothing worth comparing
+LEARNED_BLEU = 1.0
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,9 @@ def p_claim(p_groups: list[Group], noise_groups: list[Group]) -> Claim:
     if len(points) < 2:
         return Claim(claim, UNSURE, "needs runs at two or more values of p")
     values = [s.mean for _, s in points]
+    if max(values) < LEARNED_BLEU:
+        return Claim(claim, UNSURE, ", ".join(f"p={p:g}: {s.mean:.2f}" for p, s in points) +
+                     f"; no run reached BLEU {LEARNED_BLEU:g}: nothing learned to compare at this step count")
     spread = max(values) - min(values)
     stds = [s.std for g in noise_groups if (s := g.stat("bleu", "best")) is not None and s.n > 1]
     numbers = ", ".join(f"p={p:g}: {s.mean:.2f}" for p, s in points) + f"; range {spread:.2f}"
@@ -217,6 +222,8 @@ def init_centre_claim(groups: list[Group]) -> Claim:
     numbers = f"best valid BLEU: LayerNorm {_fmt(a)} ({ln.status_note()} runs), RMSNorm {_fmt(b)} ({rms.status_note()} runs)"
     if b is None:
         return Claim(claim, FAILS, numbers)
+    if (a is None or a.mean < LEARNED_BLEU) and b.mean < LEARNED_BLEU:
+        return Claim(claim, UNSURE, numbers + f"; neither reached BLEU {LEARNED_BLEU:g} at this step count")
     return Claim(claim, HOLDS if a is None or b.mean >= a.mean else FAILS, numbers)
 
 

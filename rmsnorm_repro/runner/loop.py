@@ -97,13 +97,25 @@ def environment(device: torch.device, norms: Normalization, compiled: bool) -> d
     return {
         "torch": torch.__version__,
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "threads": torch.get_num_threads(),
         "impl": described.get("impl_used", described.get("impl")),  # what ran, where the norm says
         "norm": described,
         "compile": compiled,
         "python": platform.python_version(),
     }
+
+
+def cpu_name() -> str:
+    """The CPU model for the report's hardware line (platform.processor() is empty on Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 @contextlib.contextmanager
