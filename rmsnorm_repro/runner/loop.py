@@ -215,7 +215,7 @@ def _run(cfg, run_dir, experiment, cls, norms, config, resume_from, device, worl
             summary = train(cfg, task, model, raw_model, optimizer, scheduler, state, run_dir, metrics, wandb,
                             stop, world)
         summary["env"] = {**environment(device, norms, bool(cfg.train.compile)), "world_size": world.world_size}
-        if getattr(task, "bleu_signature", None):
+        if task.bleu_signature:
             summary["bleu_signature"] = task.bleu_signature
         if world.main:
             write_json(run_dir / "summary.json", summary)

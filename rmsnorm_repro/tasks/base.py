@@ -26,6 +26,8 @@ class Task:
     best_metric: ClassVar[tuple[str, str]] = ("loss", "min")
     #: why the task cannot train under DDP (None: it can; its batches shard by rank)
     ddp_unsupported: ClassVar[str | None] = None
+    #: the metric library's signature, copied into summary.json (translation: sacreBLEU's)
+    bleu_signature: str | None = None
 
     def __init__(self, cfg: DictConfig, norms: Normalization, device: torch.device):
         self.cfg, self.norms, self.device = cfg, norms, device

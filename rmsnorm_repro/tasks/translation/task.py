@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from ..base import Task
 from .beam import beam_search, greedy, max_length
 from .bleu import corpus_bleu
+from .rnnsearch import SUPPORTED_NORMS
 from .data import Encoded, TranslationData, eval_batches, subset
 from .vocab import PAD
 
@@ -120,7 +121,7 @@ class RNNSearchTask(TranslationTask):
     """Nematus-style RNNSearch, batches of train.batch_size sentences (Tables 2, 3, 5)."""
 
     name = "rnnsearch"
-    supported_norms = ("none", "layernorm", "rmsnorm", "prmsnorm", "l2norm", "weightnorm")
+    supported_norms = SUPPORTED_NORMS
     batching = "sentences"
 
     def model_class(self):
