@@ -74,6 +74,45 @@ def test_non_contiguous_input(ext):
         torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
 
 
+def _dx_allocations(backward) -> int:
+    """How many fresh tensors (aten::empty_like) the fused op's backward node allocates in `backward()`."""
+    with torch.profiler.profile() as prof:
+        backward()
+
+    def in_node(event):
+        while event is not None:
+            if "RMSNormFunction" in event.name:
+                return True
+            event = event.cpu_parent
+        return False
+
+    return sum(1 for e in prof.events() if e.name == "aten::empty_like" and in_node(e))
+
+
+def test_backward_overwrites_only_a_gradient_nobody_else_holds(ext):
+    """dx may reuse dy's buffer only when autograd hands over the last reference to it: a fresh
+    gradient (from y * c) is reused, the caller's dy and a gradient two branches share are left
+    intact, and every case equals the reference."""
+    x, w, b = make((6, 16), bias=True)
+    c = torch.randn(6, 16, dtype=DT)
+    dy = torch.randn(6, 16, dtype=DT)
+    dy_before = dy.clone()
+    grads = {}
+    for impl in ("fused", "reference"):
+        xg = x.clone().requires_grad_()
+        y = fn.rms_norm(xg, w, b, 0.5, 1e-5, False, impl=impl)
+        given = torch.autograd.grad(y, (xg, w, b), dy, retain_graph=True)
+        shared = torch.autograd.grad((y * c + y.sin()).sum(), (xg, w, b), retain_graph=True)
+        fresh = torch.autograd.grad((y * c).sum(), (xg, w, b), retain_graph=True)
+        grads[impl] = (*given, *shared, *fresh)
+        if impl == "fused":
+            assert _dx_allocations(lambda: torch.autograd.grad((y * c).sum(), xg, retain_graph=True)) == 0
+            assert _dx_allocations(lambda: torch.autograd.grad(y, xg, dy, retain_graph=True)) == 1
+    assert torch.equal(dy, dy_before)
+    for a, r in zip(grads["fused"], grads["reference"]):
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("eps_inside", [False, True])
 @pytest.mark.parametrize("p", [1.0, 0.4])
 def test_gradcheck_fused_op(ext, p, eps_inside):

@@ -3,11 +3,11 @@
 Writes results/speed/{kernels,steps}-<device>-<allocator>.{json,md}. Without --kernels/--steps
 it runs both.
 
-Allocator: PyTorch's CPU allocator calls malloc directly, and glibc hands out every block of
-32 MiB or more as fresh mmap'ed pages that fault on first touch, so a large new output costs more
-than the arithmetic. `--allocator tuned` (the default) re-executes this command with
-GLIBC_TUNABLES set so freed memory is reused instead (see PERF_NOTES.md); it applies to every
-implementation alike and the output says which setting ran. `--allocator default` keeps glibc's.
+Allocator: PyTorch's CPU allocator calls malloc directly, and glibc hands out large blocks as
+fresh mmap'ed pages that fault on first touch, so a large new output costs more than the
+arithmetic. `--allocator tuned` (the default, as in training: the `allocator` config key) sets
+glibc's malloc to reuse freed memory (rmsnorm_repro.allocator); it applies to every implementation
+alike and the output says which setting ran. `--allocator default` keeps glibc's.
 """
 from __future__ import annotations
 
@@ -21,20 +21,13 @@ from pathlib import Path
 
 import torch
 
-TUNED = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
-
-
-def _reexec_with_tuned_allocator() -> None:
-    if os.environ.get("GLIBC_TUNABLES") == TUNED or platform.system() != "Linux":
-        return
-    env = {**os.environ, "GLIBC_TUNABLES": TUNED}
-    os.execve(sys.executable, [sys.executable, "-m", "rmsnorm_repro.bench", *sys.argv[1:]], env)
+from .. import allocator
 
 
 def _environment(args) -> dict:
     return {
         "torch": torch.__version__, "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-        "allocator": args.allocator, "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES"),
+        "allocator": allocator.apply("default"), "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES"),
         "LD_PRELOAD": os.environ.get("LD_PRELOAD"), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python -m rmsnorm_repro.bench " + " ".join(sys.argv[1:]),
     }
@@ -44,7 +37,7 @@ def _write(out: Path, stem: str, env: dict, rows: list[dict], table: str, notes:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps({"env": env, "notes": notes, "rows": rows}, indent=1) + "\n")
     header = [f"# {stem}", "", f"`{env['command']}`: torch {env['torch']}, {env['threads']} thread(s), "
-              f"allocator {env['allocator']} (GLIBC_TUNABLES={env['GLIBC_TUNABLES']}), {env['date']}.", ""]
+              f"allocator {env['allocator']}, {env['date']}.", ""]
     (out / f"{stem}.md").write_text("\n".join(header + [f"- {n}" for n in notes] + ["", table, ""]))
     print(table, flush=True)
     print(f"wrote {out / stem}.json and .md", flush=True)
@@ -65,8 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-fraction", type=float, default=0.1, help="fraction of the paper's batch (CPU time)")
     ap.add_argument("--out", default="results/speed")
     args = ap.parse_args(argv)
-    if args.allocator == "tuned":
-        _reexec_with_tuned_allocator()
+    in_effect = allocator.apply(args.allocator)
     torch.set_num_threads(args.threads)
     device = "cpu"
     do_kernels, do_steps = args.kernels or not args.steps, args.steps or not args.kernels
@@ -75,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     if do_kernels:
         from . import kernels
 
-        print(f"kernel table: {args.threads} thread(s), allocator {args.allocator}", flush=True)
+        print(f"kernel table: {args.threads} thread(s), allocator {in_effect}", flush=True)
         copy = kernels.dram_copy_gbs()
         rows = kernels.run(rounds=args.rounds, min_run_time=args.min_run_time)
         notes = [f"copy bandwidth beyond cache (256 MiB, read + write): {copy:.1f} GB/s; '% of copy' is against a "

@@ -13,11 +13,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from .. import allocator
+
 SCHEDULES = ("constant", "inverse_sqrt", "linear_decay")
 OPTIMIZERS = ("adam", "adamw")
 # keys that may change between a run and its resume (the step budget) or that do not touch the
 # numbers (where the logs go)
-RESUMABLE_CHANGES = ("train.steps", "train.max_minutes", "logger")
+RESUMABLE_CHANGES = ("train.steps", "train.max_minutes", "logger", "allocator")  # allocator: speed only
 SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"}
 REDACTED = "<redacted>"
 
@@ -78,6 +80,8 @@ def check_config(cfg: DictConfig) -> None:
     _int(cfg, "optim.schedule.warmup_steps", 0)
     _number(cfg, "optim.schedule.decay_start", 0.0, 1.0)
     _number(cfg, "optim.schedule.beta1_after_decay", 0.0, 1.0, optional=True)
+    if _get(cfg, "allocator") not in allocator.MODES:
+        raise ConfigError(f"allocator={_get(cfg, 'allocator')!r} is unknown; choose one of: {', '.join(allocator.MODES)}")
     device = str(_get(cfg, "device"))
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         raise ConfigError(f"device={device!r} is unknown; choose auto, cpu, cuda or cuda:<index>")

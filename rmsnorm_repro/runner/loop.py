@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from .. import config_resolvers  # noqa: F401  (the resolvers configs use, e.g. ${if_eq:...})
+from .. import allocator, config_resolvers  # config_resolvers: the resolvers configs use, e.g. ${if_eq:...}
 from ..norms import Normalization, build_normalization
 from ..tasks import TASKS, Task, get_task_class
 from . import checkpoint, distributed
@@ -99,6 +99,7 @@ def environment(device: torch.device, norms: Normalization, compiled: bool) -> d
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "threads": torch.get_num_threads(),
+        "allocator": allocator.apply("default"),  # what holds: run() applied cfg.allocator
         "impl": described.get("impl_used", described.get("impl")),  # what ran, where the norm says
         "norm": described,
         "compile": compiled,
@@ -164,6 +165,7 @@ def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> dict[s
     if cls.ddp_unsupported and distributed.requested_world().distributed:
         raise ConfigError(f"task={cls.name} cannot train under DDP: {cls.ddp_unsupported}; run it in one process")
     device = resolve_device(cfg.device)
+    allocator.apply(cfg.allocator)
     with distributed.process_group(device) as world:
         return _run(cfg, run_dir, experiment, cls, norms, config, resume_from, distributed.rank_device(device, world), world)
 
