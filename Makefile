@@ -53,8 +53,9 @@ $(PAPER_TARGETS): install
 		$(if $(SEEDS),seed=$(SEEDS)) hydra.sweep.dir=$(RUNS)/$(SWEEP)/$(DATA)-$(SCALE) $(ARGS)
 	$(PY) -m rmsnorm_repro.report $(RUNS)/$(SWEEP)/$(DATA)-$(SCALE) --table $@
 
-# Kernel and per-step speed tables (CPU, 1 thread) -> results/speed/*.md|json. "tuned" re-executes
-# with GLIBC_TUNABLES (allocator out of the way, the same for every norm compared).
+# Kernel and per-step speed tables (CPU, 1 thread) -> results/speed/*.md|json, each with the targets
+# it meets. "tuned": glibc malloc reuses freed memory (rmsnorm_repro.allocator, as in training), the
+# same for every norm compared; "default": glibc as it comes.
 speed: install
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --kernels --allocator tuned
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --kernels --allocator default

@@ -79,10 +79,13 @@ def main() -> None:
     ap.add_argument("--norms", nargs="+", default=["none", "layernorm", "rmsnorm"])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--flush-denormal", action="store_true",
+                    help="flush subnormal floats to zero (1 thread only): they slowed the normalized cells' GEMMs 1.2-1.4x here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(args.flush_denormal)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), batch {args.batch}, T {args.steps}, "
-          f"fp32 fwd+bwd, medians of {args.rounds} alternating rounds")
+          f"fp32 fwd+bwd, medians of {args.rounds} alternating rounds, flush denormal {args.flush_denormal}")
     print("| H | variant | ms / batch | ms / step | CPU ms / batch | wall vs LN | CPU vs LN |")
     print("|---|---|---|---|---|---|---|")
     for hidden in args.hidden:

@@ -40,6 +40,8 @@ def test_a_run_writes_the_contract_files_and_learns(tmp_path):
     assert summary["examples_per_s"] > 0
     assert {"torch", "device", "threads", "impl", "compile"} <= set(summary["env"])
     assert summary["env"]["norm"]["name"] == "rmsnorm" and summary["env"]["compile"] is False
+    # allocator=tuned (the default) holds wherever glibc is the C library
+    assert summary["env"]["allocator"] == "tuned" or summary["env"]["allocator"].startswith("default (not glibc")
     # final = test metrics + the last validation metrics; best = the best validation (min error)
     assert {"error", "accuracy", "loss", "valid_error", "valid_accuracy", "valid_loss"} == set(summary["final"])
     assert summary["best"]["step"] in (20, 40)
@@ -166,6 +168,7 @@ def test_wandb_name_group_and_p():
     (["task.class_path=runner_fixtures.tiny_task:TinyStrictTask", "data=tinyreal", "paths.data_dir=/nonexistent"],
      "data.root=/nonexistent/tinyreal does not exist: put the tinyreal files there or point data.root at them"),
     (["device=tpu"], "device='tpu' is unknown; choose auto, cpu, cuda or cuda:<index>"),
+    (["allocator=jemalloc"], "allocator='jemalloc' is unknown; choose one of: tuned, default"),
 ])
 def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message) as info:

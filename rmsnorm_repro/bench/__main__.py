@@ -27,7 +27,7 @@ from .. import allocator
 def _environment(args) -> dict:
     return {
         "torch": torch.__version__, "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-        "allocator": allocator.apply("default"), "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES"),
+        "allocator": allocator.apply("default"), "flush_denormal": args.flush_denormal, "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES"),
         "LD_PRELOAD": os.environ.get("LD_PRELOAD"), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python -m rmsnorm_repro.bench " + " ".join(sys.argv[1:]),
     }
@@ -37,7 +37,7 @@ def _write(out: Path, stem: str, env: dict, rows: list[dict], table: str, notes:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps({"env": env, "notes": notes, "rows": rows}, indent=1) + "\n")
     header = [f"# {stem}", "", f"`{env['command']}`: torch {env['torch']}, {env['threads']} thread(s), "
-              f"allocator {env['allocator']}, {env['date']}.", ""]
+              f"allocator {env['allocator']}, flush denormal {env['flush_denormal']}, {env['date']}.", ""]
     (out / f"{stem}.md").write_text("\n".join(header + [f"- {n}" for n in notes] + ["", table, ""]))
     print(table, flush=True)
     print(f"wrote {out / stem}.json and .md", flush=True)
@@ -56,10 +56,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--step-rounds", type=int, default=2)
     ap.add_argument("--step-count", type=int, default=3, help="timed steps per norm per round")
     ap.add_argument("--batch-fraction", type=float, default=0.1, help="fraction of the paper's batch (CPU time)")
+    ap.add_argument("--flush-denormal", action="store_true", help="flush subnormal floats to zero (1 thread only; "
+                    "they slowed the GEMMs of normalized GRU cells 1.2-1.4x in scripts/bench_gru.py)")
     ap.add_argument("--out", default="results/speed")
     args = ap.parse_args(argv)
     in_effect = allocator.apply(args.allocator)
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(args.flush_denormal)
     device = "cpu"
     do_kernels, do_steps = args.kernels or not args.steps, args.steps or not args.kernels
     out, env = Path(args.out), _environment(args)
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
                  "RMSNorm has none (the paper's setting); eps 1e-8 outside the sqrt for the suite's RMSNorm",
                  f"medians of {args.rounds} round-robin rounds of ~{args.min_run_time * 1e3:.0f} ms blocks; ratios: medians "
                  "of each block over the torch layer_norm block timed just before it; CPU ms: thread CPU time"]
-        _write(out, f"kernels-{device}-{args.allocator}", {**env, "copy_gb_s": copy}, rows, kernels.markdown(rows), notes)
+        table = kernels.markdown(rows) + "\n\nTargets (fwd+bwd):\n\n" + "\n".join(f"- {t}" for t in kernels.target_lines(rows))
+        _write(out, f"kernels-{device}-{args.allocator}", {**env, "copy_gb_s": copy}, rows, table, notes)
 
     if do_steps:
         from . import steps
@@ -95,7 +99,8 @@ def main(argv: list[str] | None = None) -> None:
                  "2% of the no-norm step (within noise); paper ratio = its time / its LayerNorm time"]
         if missing:
             notes.append(f"tasks not available in this checkout: {', '.join(missing)}")
-        _write(out, f"steps-{device}-{args.allocator}", env, rows, steps.markdown(rows), notes)
+        table = steps.markdown(rows) + "\n\nTargets:\n\n" + "\n".join(f"- {t}" for t in steps.target_lines(rows))
+        _write(out, f"steps-{device}-{args.allocator}", env, rows, table, notes)
 
 
 if __name__ == "__main__":

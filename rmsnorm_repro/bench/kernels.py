@@ -147,3 +147,26 @@ def markdown(rows: list[dict]) -> str:
         lines.append(f"| {r['shape']} | {r['mode']} | {r['impl']} | {r['ms']:.3f} | {r['cpu_ms']:.3f} | {r['gb_s']:.1f} | "
                      f"{r['pct_copy']:.0f}% | {r['vs_layer_norm']:.2f}x | {r['vs_layer_norm_cpu']:.2f}x | {trms} |")
     return "\n".join(lines)
+
+
+# The suite's speed targets (fwd+bwd, CPU fp32): RMSNorm vs torch's fused LayerNorm per shape,
+# vs torch's F.rms_norm everywhere, and pRMSNorm no slower than RMSNorm.
+LAYER_NORM_TARGETS = {"80x2048": 0.5, "4096x512": 0.6, "8192x1024": 0.9}
+RMS_NORM_TARGET = 0.2
+
+
+def target_lines(rows: list[dict]) -> list[str]:
+    """One line per target: the measured ratio and whether it holds."""
+    fb = {(r["shape"], r["impl"]): r for r in rows if r["mode"] == "fwd+bwd"}
+    verdict = lambda ok: "holds" if ok else "does not hold"  # noqa: E731
+    lines = []
+    for shape, target in LAYER_NORM_TARGETS.items():
+        fused, partial = fb.get((shape, "suite fused")), fb.get((shape, "suite fused pRMSNorm 6.25%"))
+        if fused is None:
+            continue
+        ln, trms = fused["vs_layer_norm"], fused["vs_torch_rms_norm"]
+        lines.append(f"{shape}: suite RMSNorm {ln:.2f}x torch layer_norm (target <= {target}x: {verdict(ln <= target)}); "
+                     f"{trms:.2f}x torch rms_norm (target <= {RMS_NORM_TARGET}x: {verdict(trms <= RMS_NORM_TARGET)})"
+                     + (f"; pRMSNorm {partial['vs_layer_norm']:.2f}x (target <= RMSNorm's: "
+                        f"{verdict(partial['vs_layer_norm'] <= ln)})" if partial else ""))
+    return lines

@@ -130,13 +130,14 @@ def run(tasks: list[str], norms: list[str] | None = None, rounds: int = 2, steps
         med_cpu = {n: statistics.median(v) for n, v in cpu.items() if v}
         paper = paper_ratios(task)
         ln, none = med.get("layernorm"), med.get("none")
+        floor = none / ln if ln and none else None  # the ratio a norm costing nothing would reach
         for norm in chosen:
             ratio = med[norm] / ln if ln else None
             # only where LayerNorm's own overhead stands out of the noise (2% of the no-norm step)
             overhead = (med[norm] - none) / (ln - none) if ln and none and ln - none > 0.02 * none else None
             rows.append({
                 "task": task, "norm": norm, "step_ms": med[norm], "cpu_ms": med_cpu[norm], "steps": len(wall[norm]),
-                "vs_layernorm": ratio,
+                "vs_layernorm": ratio, "floor_vs_layernorm": floor,
                 "vs_layernorm_cpu": med_cpu[norm] / med_cpu["layernorm"] if "layernorm" in med_cpu else None,
                 "overhead_vs_layernorm_overhead": overhead,
                 "paper_vs_layernorm": {label: r.get(norm) for label, r in paper.items()},
@@ -146,12 +147,29 @@ def run(tasks: list[str], norms: list[str] | None = None, rounds: int = 2, steps
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| task | norm | step ms (median) | CPU ms | vs LayerNorm | vs LayerNorm (CPU) | overhead / LN's | paper vs LayerNorm | batch | impl |",
-             "|---|---|---:|---:|---:|---:|---:|---|---|---|"]
+    lines = ["| task | norm | step ms (median) | CPU ms | vs LayerNorm | vs LayerNorm (CPU) | floor (none / LN) | overhead / LN's | paper vs LayerNorm | batch | impl |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for r in rows:
         f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
         paper = "; ".join(f"{v:.2f} ({k})" for k, v in r["paper_vs_layernorm"].items() if v is not None) or "-"
         lines.append(f"| {r['task']} | {r['norm']} | {r['step_ms']:.1f} | {r['cpu_ms']:.1f} | {f(r['vs_layernorm'])} | "
-                     f"{f(r['vs_layernorm_cpu'])} | {f(r['overhead_vs_layernorm_overhead'])} | {paper} | "
+                     f"{f(r['vs_layernorm_cpu'])} | {f(r['floor_vs_layernorm'])} | {f(r['overhead_vs_layernorm_overhead'])} | {paper} | "
                      f"{', '.join(r['batch'])} | {r['impl'] or '-'} |")
     return "\n".join(lines)
+
+
+def target_lines(rows: list[dict]) -> list[str]:
+    """Per task: RMSNorm / LayerNorm <= 0.90, and RMSNorm's overhead over no norm <= half of LayerNorm's."""
+    verdict = lambda ok: "holds" if ok else "does not hold"  # noqa: E731
+    lines = []
+    for r in rows:
+        if r["norm"] != "rmsnorm" or r["vs_layernorm"] is None:
+            continue
+        line = f"{r['task']}: RMSNorm / LayerNorm {r['vs_layernorm']:.2f} (target <= 0.90: {verdict(r['vs_layernorm'] <= 0.90)}"
+        if r["floor_vs_layernorm"] is not None and r["floor_vs_layernorm"] > 0.90:
+            line += f"; out of reach here: no norm at all gives {r['floor_vs_layernorm']:.2f}"
+        overhead = r["overhead_vs_layernorm_overhead"]
+        line += "); overhead / LayerNorm's " + (f"{overhead:.2f} (target <= 0.5: {verdict(overhead <= 0.5)})" if overhead is not None
+                                                else "not measurable (LayerNorm's own overhead within 2% noise)")
+        lines.append(line)
+    return lines

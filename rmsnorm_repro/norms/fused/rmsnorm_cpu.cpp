@@ -65,12 +65,24 @@ inline void write_row(scalar_t* out, int64_t begin, int64_t end, Value value) {
   for (int64_t i = begin; i < end; ++i) out[i] = static_cast<scalar_t>(value(i));
 }
 
+// x itself where its rows lie at one fixed stride: a contiguous tensor, or a 2-D slice of wider rows
+// such as one gate block of a recurrent cell's joint projection (no copy per time step); else a
+// contiguous copy.
+Tensor rows_of(const Tensor& x) {
+  const bool strided_rows = x.dim() == 2 && x.stride(1) == 1 && x.stride(0) >= x.size(1);
+  return strided_rows ? x : x.contiguous();
+}
+
+// The distance between the starts of two rows of rows_of(x).
+int64_t row_stride(const Tensor& x) { return x.dim() == 2 ? x.stride(0) : x.size(-1); }
+
 template <typename scalar_t>
 void forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y,
                     Tensor& scale, Tensor& coef, int64_t k, double eps, bool eps_inside) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t d = x.size(-1), n = x.numel() / d;
   const scalar_t* X = x.data_ptr<scalar_t>();
+  const int64_t xs = row_stride(x);
   const scalar_t* W = weight.defined() ? weight.data_ptr<scalar_t>() : nullptr;
   const scalar_t* B = bias.defined() ? bias.data_ptr<scalar_t>() : nullptr;
   scalar_t* Y = y.data_ptr<scalar_t>();
@@ -81,7 +93,7 @@ void forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, T
 
   at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
-      const scalar_t* xr = X + row * d;
+      const scalar_t* xr = X + row * xs;
       scalar_t* yr = Y + row * d;
       const acc_t ms = row_sum<acc_t>(k, [&](int64_t i) { const acc_t v = static_cast<acc_t>(xr[i]); return v * v; }) / kk;
       acc_t s, c;
@@ -117,6 +129,7 @@ void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   const int64_t chunks = dw_partial.defined() ? dw_partial.size(0) : db_partial.defined() ? db_partial.size(0) : 1;
   const scalar_t* DY = dy.data_ptr<scalar_t>();
   const scalar_t* X = x.data_ptr<scalar_t>();
+  const int64_t xs = row_stride(x);
   const scalar_t* W = weight.defined() ? weight.data_ptr<scalar_t>() : nullptr;
   const acc_t* S = scale.data_ptr<acc_t>();
   const acc_t* C = coef.data_ptr<acc_t>();
@@ -131,7 +144,7 @@ void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight, co
       acc_t* dbp = DBP ? DBP + chunk * d : nullptr;
       const int64_t row_end = n * (chunk + 1) / chunks;
       for (int64_t row = n * chunk / chunks; row < row_end; ++row) {
-        const scalar_t* xr = X + row * d;
+        const scalar_t* xr = X + row * xs;
         const scalar_t* dyr = DY + row * d;
         const acc_t s = S[row];
         // One pass: S = sum(g * dy * x) (the backward's only row reduction) and dgain's partial sum.
@@ -187,10 +200,10 @@ Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contigu
 std::tuple<Tensor, Tensor, Tensor> rms_norm_forward(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                                                     int64_t k, double eps, bool eps_inside) {
   check_args(x_in, weight_in, bias_in, k);
-  const Tensor x = x_in.contiguous(), weight = contiguous_or_undefined(weight_in), bias = contiguous_or_undefined(bias_in);
+  const Tensor x = rows_of(x_in), weight = contiguous_or_undefined(weight_in), bias = contiguous_or_undefined(bias_in);
   const int64_t d = x.size(-1), n = x.numel() / d;
   const auto acc_type = at::toOpMathType(x.scalar_type());
-  Tensor y = at::empty_like(x);
+  Tensor y = at::empty(x.sizes(), x.options());  // contiguous, whatever x's row stride
   Tensor scale = at::empty({n}, x.options().dtype(acc_type));
   Tensor coef = at::empty({n}, x.options().dtype(acc_type));
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rms_norm_forward", [&] {
@@ -220,9 +233,9 @@ struct RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const std::optional<Tensor>& weight_opt,
                         const std::optional<Tensor>& bias_opt, int64_t k, double eps, bool eps_inside) {
     const Tensor weight = weight_opt.value_or(Tensor()), bias = bias_opt.value_or(Tensor());
-    auto [y, scale, coef] = rms_norm_forward(x, weight, bias, k, eps, eps_inside);
-    // Save the contiguous x (the same tensor when x already is): backward reads rows directly.
-    ctx->save_for_backward({x.contiguous(), contiguous_or_undefined(weight), scale, coef});
+    const Tensor rows = rows_of(x);  // x itself unless it had to be copied: backward reads the same rows
+    auto [y, scale, coef] = rms_norm_forward(rows, weight, bias, k, eps, eps_inside);
+    ctx->save_for_backward({rows, contiguous_or_undefined(weight), scale, coef});
     ctx->saved_data["k"] = k;
     ctx->saved_data["has_bias"] = bias.defined();
     return y;
@@ -247,7 +260,7 @@ struct RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
 
     const auto acc_options = x.options().dtype(at::toOpMathType(x.scalar_type()));
     const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({at::get_num_threads(), n, n * d / kElementsPerTask}));
-    Tensor dx = need_dx ? (owns_dense_buffer(dy, x) ? dy : at::empty_like(x)) : Tensor();
+    Tensor dx = need_dx ? (owns_dense_buffer(dy, x) ? dy : at::empty(x.sizes(), x.options())) : Tensor();
     Tensor dw_partial = need_dw ? at::zeros({chunks, d}, acc_options) : Tensor();
     Tensor db_partial = need_db ? at::zeros({chunks, d}, acc_options) : Tensor();
     if (n > 0) {
