@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> None:
                  "copy of a tensor of the same shape timed in the same rounds",
                  "fwd+bwd includes allocating the output and every gradient; torch layer_norm has its bias, "
                  "RMSNorm has none (the paper's setting); eps 1e-8 outside the sqrt for the suite's RMSNorm",
+                 "x * 2 (floor): a scalar multiply, whose forward+backward moves the least any normalization must "
+                 "(read x, write y; read dy, write dx) and pays torch's per-call autograd cost: no RMSNorm can beat it",
                  f"medians of {args.rounds} round-robin rounds of ~{args.min_run_time * 1e3:.0f} ms blocks; ratios: medians "
                  "of each block over the torch layer_norm block timed just before it; CPU ms: thread CPU time"]
         table = kernels.markdown(rows) + "\n\nTargets (fwd+bwd):\n\n" + "\n".join(f"- {t}" for t in kernels.target_lines(rows))

@@ -32,6 +32,9 @@ def implementations(d: int) -> dict[str, Callable]:
         "suite fused pRMSNorm 6.25%": lambda x, w, b: fn.rms_norm(x, w, None, 0.0625, EPS, impl="fused"),
         # static shapes: the best torch.compile can do for one shape (impl=compile goes dynamic after a second)
         "torch.compile": lambda x, w, b: _compiled_reference()(x, w, None, 1.0, EPS),
+        # a floor, not a norm: read x, write y; read dy, write dx, through torch's autograd, whose
+        # fixed cost per call every implementation above pays as well
+        "x * 2 (floor)": lambda x, w, b: x * 2.0,
     }
 
 
@@ -66,8 +69,15 @@ def _calibrate(stmt: Callable[[], None], seconds: float) -> int:
         number *= 4
 
 
-def _block_ms(stmt: Callable[[], None], number: int, cpu_clock) -> tuple[float, float]:
-    """(wall ms, CPU ms) per call over one block of `number` calls."""
+def _block_ms(stmt: Callable[[], None], number: int, cpu_clock, settle: int = 3) -> tuple[float, float]:
+    """(wall ms, CPU ms) per call over one block of `number` calls, after `settle` untimed calls.
+
+    The untimed calls let the allocator settle after the previous block's different sizes: glibc
+    needs a few allocations before freed blocks fit again (allocator.py), as in the repeated steps
+    of training, and without them whichever implementation came after another's sizes paid faults.
+    """
+    for _ in range(settle):
+        stmt()
     wall, cpu = time.perf_counter(), cpu_clock()
     for _ in range(number):
         stmt()
