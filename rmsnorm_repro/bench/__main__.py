@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     out, env = Path(args.out), _environment(args)
 
     if do_kernels:
+        # torch.compile's pool of compiler processes would otherwise stay behind and share the cores
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         from . import kernels
 
         print(f"kernel table: {args.threads} thread(s), allocator {in_effect}", flush=True)
