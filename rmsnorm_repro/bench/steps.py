@@ -169,7 +169,10 @@ def target_lines(rows: list[dict]) -> list[str]:
         if r["floor_vs_layernorm"] is not None and r["floor_vs_layernorm"] > 0.90:
             line += f"; out of reach here: no norm at all gives {r['floor_vs_layernorm']:.2f}"
         overhead = r["overhead_vs_layernorm_overhead"]
-        line += "); overhead / LayerNorm's " + (f"{overhead:.2f} (target <= 0.5: {verdict(overhead <= 0.5)})" if overhead is not None
-                                                else "not measurable (LayerNorm's own overhead within 2% noise)")
+        if overhead is None:
+            line += "); overhead / LayerNorm's not measurable (LayerNorm's own overhead within 2% noise)"
+        else:
+            line += f"); overhead / LayerNorm's {overhead:.2f} (target <= 0.5: {verdict(overhead <= 0.5)}"
+            line += ", but below 0: faster than no norm, i.e. noise)" if overhead < 0 else ")"
         lines.append(line)
     return lines

@@ -25,7 +25,6 @@
 #include <cmath>
 #include <tuple>
 
-
 namespace {
 
 using at::Tensor;
@@ -177,7 +176,7 @@ void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight, co
           write_row(dxr, k, d, [&](int64_t i) { return s * static_cast<acc_t>(dyr[i]); });
         }
       }
-      }
+    }
   });
 }
 
