@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> None:
                  f"CPU fp32, synthetic data; median of {args.step_rounds} x {args.step_count} steps per norm, "
                  "norms in turn; a step = zero_grad + loss + backward + clip + Adam",
                  "overhead / LN's = (T_norm - T_none) / (T_layernorm - T_none), '-' where LayerNorm's overhead is under "
-                 "2% of the no-norm step (within noise); paper ratio = its time / its LayerNorm time"]
+                 "2% of the no-norm step (within noise); paper ratio = its time / its LayerNorm time",
+                 "without --flush-denormal, subnormal floats can make a norm look slow or fast: the reader's RMSNorm "
+                 "0.80 x LayerNorm became 1.02 with them flushed (README, Speed)"]
         if missing:
             notes.append(f"tasks not available in this checkout: {', '.join(missing)}")
         table = steps.markdown(rows) + "\n\nTargets:\n\n" + "\n".join(f"- {t}" for t in steps.target_lines(rows))
