@@ -45,6 +45,11 @@ def apply(mode: str) -> str:
     return _state
 
 
+def in_effect() -> str:
+    """What holds in this process: 'tuned', 'default' or 'default (why not tuned)'."""
+    return _state
+
+
 def _tune() -> str:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return f"default (not glibc: {platform.system()} {platform.libc_ver()[0] or 'libc'})"

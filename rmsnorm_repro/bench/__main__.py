@@ -27,7 +27,7 @@ from .. import allocator
 def _environment(args) -> dict:
     return {
         "torch": torch.__version__, "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-        "allocator": allocator.apply("default"), "flush_denormal": args.flush_denormal, "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES"),
+        "allocator": allocator.in_effect(), "flush_denormal": args.flush_denormal, "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES"),
         "LD_PRELOAD": os.environ.get("LD_PRELOAD"), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python -m rmsnorm_repro.bench " + " ".join(sys.argv[1:]),
     }

@@ -99,7 +99,7 @@ def environment(device: torch.device, norms: Normalization, compiled: bool) -> d
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "threads": torch.get_num_threads(),
-        "allocator": allocator.apply("default"),  # what holds: run() applied cfg.allocator
+        "allocator": allocator.in_effect(),  # run() applied cfg.allocator
         "impl": described.get("impl_used", described.get("impl")),  # what ran, where the norm says
         "norm": described,
         "compile": compiled,
