@@ -165,10 +165,13 @@ LAYER_NORM_TARGETS = {"80x2048": 0.5, "4096x512": 0.6, "8192x1024": 0.9}
 RMS_NORM_TARGET = 0.2
 
 
+def verdict(ok: bool) -> str:
+    return "holds" if ok else "does not hold"
+
+
 def target_lines(rows: list[dict]) -> list[str]:
     """One line per target: the measured ratio and whether it holds."""
     fb = {(r["shape"], r["impl"]): r for r in rows if r["mode"] == "fwd+bwd"}
-    verdict = lambda ok: "holds" if ok else "does not hold"  # noqa: E731
     lines = []
     for shape, target in LAYER_NORM_TARGETS.items():
         fused, partial = fb.get((shape, "suite fused")), fb.get((shape, "suite fused pRMSNorm 6.25%"))

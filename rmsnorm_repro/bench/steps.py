@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from ..runner.loop import normalization, resolve_device, seed_everything, task_class
 from ..runner.optim import build_optimizer
 from ..tasks import TASKS
+from .kernels import verdict
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
@@ -160,7 +161,6 @@ def markdown(rows: list[dict]) -> str:
 
 def target_lines(rows: list[dict]) -> list[str]:
     """Per task: RMSNorm / LayerNorm <= 0.90, and RMSNorm's overhead over no norm <= half of LayerNorm's."""
-    verdict = lambda ok: "holds" if ok else "does not hold"  # noqa: E731
     lines = []
     for r in rows:
         if r["norm"] != "rmsnorm" or r["vs_layernorm"] is None:

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from .. import allocator, config_resolvers  # config_resolvers: the resolvers configs use, e.g. ${if_eq:...}
+from .. import allocator
+from .. import config_resolvers  # noqa: F401  (the resolvers configs use, e.g. ${if_eq:...})
 from ..norms import Normalization, build_normalization
 from ..tasks import TASKS, Task, get_task_class
 from . import checkpoint, distributed
