@@ -59,6 +59,7 @@ $(PAPER_TARGETS): install
 speed: install
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --kernels --allocator tuned
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --kernels --allocator default
+	OMP_NUM_THREADS=2 $(PY) -m rmsnorm_repro.bench --kernels --allocator tuned --threads 2
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --steps --allocator tuned
 
 # One-time downloads for real runs (need network); later runs read the local copies offline.

@@ -186,6 +186,46 @@ def test_threads_do_not_change_the_result(ext):
         torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_streaming_stores_give_the_same_result(ext, dtype):
+    """Outputs over the streaming threshold are written with non-temporal stores (x86): forward and
+    backward must equal the normal stores bit for bit, on rows that start unaligned (d = 33, a gate
+    block), with pRMSNorm's two backward segments, dx written over a fresh dy, and 2 threads."""
+    x, w, b = make((64, 33), bias=True, dtype=dtype)
+    block = make((48, 120), bias=False, dtype=dtype)[0][:, 20:90]
+    wb = make((1, 70), bias=False, seed=3, dtype=dtype)[1]
+    cases = [lambda: forward_backward(x, w, b, 0.3, 1e-8, False, "fused"),
+             lambda: forward_backward(block, wb, None, 1.0, 1e-8, True, "fused"),
+             lambda: _fresh_gradient_case(x, w, b)]
+    before, threads = ext.stream_min_bytes(), torch.get_num_threads()
+    try:
+        for n_threads in (1, 2):
+            torch.set_num_threads(n_threads)
+            ext.set_stream_min_bytes(1 << 62)
+            normal = [case() for case in cases]
+            ext.set_stream_min_bytes(0)
+            streamed = [case() for case in cases]
+            for a, r in zip(sum(streamed, []), sum(normal, [])):
+                assert torch.equal(a, r)
+    finally:
+        ext.set_stream_min_bytes(before)
+        torch.set_num_threads(threads)
+
+
+def _fresh_gradient_case(x, w, b):
+    xg = x.detach().clone().requires_grad_()
+    y = fn.rms_norm(xg, w, b, 0.5, 1e-5, False, impl="fused")
+    return [y, *torch.autograd.grad((y * 3).sum(), (xg, w, b))]  # dy is autograd's own: dx is written over it
+
+
+def test_streaming_threshold_comes_from_the_last_level_cache(ext):
+    llc = cpu.last_level_cache_bytes()
+    if llc is None:
+        assert ext.stream_min_bytes() == (1 << 63) - 1  # unknown cache: nothing streams
+    else:
+        assert ext.stream_min_bytes() == llc // 2
+
+
 def test_auto_selects_the_fused_kernel_and_logs_it_once(ext, caplog):
     norms = build_normalization("rmsnorm", {"impl": "auto", "eps": 1e-8})
     layer = norms.act(32).double()
@@ -318,8 +358,12 @@ def test_bench_targets_say_which_hold():
 
     (line,) = kernels.target_lines([kernel_row("suite fused", 0.55, 0.25), kernel_row("suite fused pRMSNorm 6.25%", 0.6, 0.3)])
     assert "0.55x torch layer_norm (target <= 0.6x: holds)" in line
+    assert "floor" not in line  # no floor row timed: none reported
     assert "0.25x torch rms_norm (target <= 0.2x: does not hold)" in line
     assert "pRMSNorm 0.60x (target <= RMSNorm's: does not hold)" in line
+    (line,) = kernels.target_lines([kernel_row("suite fused", 0.7, 0.1), kernel_row(kernels.FLOOR, 0.65, 0.05)])
+    assert "0.70x torch layer_norm (target <= 0.6x: does not hold; the floor x * 2 is at 0.65x, so no norm " \
+           "reaches the target here)" in line
 
     def step_row(task, ratio, floor, overhead):
         return {"task": task, "norm": "rmsnorm", "vs_layernorm": ratio, "floor_vs_layernorm": floor,

@@ -1,7 +1,7 @@
 """python -m rmsnorm_repro.bench [--kernels] [--steps] [--allocator tuned|default] [--threads N]
 
-Writes results/speed/{kernels,steps}-<device>-<allocator>.{json,md}. Without --kernels/--steps
-it runs both.
+Writes results/speed/{kernels,steps}-<device>-<allocator>.{json,md} (device: cpu, or cpu-<N>threads
+with --threads N > 1). Without --kernels/--steps it runs both.
 
 Allocator: PyTorch's CPU allocator calls malloc directly, and glibc hands out large blocks as
 fresh mmap'ed pages that fault on first touch, so a large new output costs more than the
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     in_effect = allocator.apply(args.allocator)
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(args.flush_denormal)
-    device = "cpu"
+    device = "cpu" if args.threads == 1 else f"cpu-{args.threads}threads"  # file names: one table per setting
     do_kernels, do_steps = args.kernels or not args.steps, args.steps or not args.kernels
     out, env = Path(args.out), _environment(args)
 

@@ -5,6 +5,10 @@ torch.utils.cpp_extension.load compiles into $TORCH_EXTENSIONS_DIR (default
 Without a C++ compiler or ninja, `load()` warns once and returns None: callers fall back to the
 reference implementation.
 
+Streaming stores (x86 with AVX): an output larger than half the last-level cache (so that it and its
+input cannot both stay cached for the next op) is written without first reading each destination
+line into the cache. The threshold comes from sysfs; where that is unreadable, nothing streams.
+
 Build flags: -O3 -march=native -mprefer-vector-width=512 -fopenmp. -march=native lets the compiler vectorize the row loops
 with the widest instructions this CPU has (AVX-512 here); such a binary may crash on a CPU
 without them, so the cached build is keyed by this CPU's feature flags and compiler: a home
@@ -46,6 +50,22 @@ def _cflags() -> list[str]:
     return ["-O3", *arch, "-fopenmp"]
 
 
+def last_level_cache_bytes() -> int | None:
+    """Size of CPU 0's largest cache level from sysfs (sysconf is wrong in some VMs), or None."""
+    caches = {}
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level, size = int((index / "level").read_text()), (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        if size[:-1].isdigit() and size[-1] in units:
+            caches[level] = int(size[:-1]) * units[size[-1]]
+        elif size.isdigit():
+            caches[level] = int(size)
+    return caches[max(caches)] if caches else None
+
+
 def _fallback(reason: str) -> None:
     warnings.warn(f"fused CPU RMSNorm unavailable: {reason}; using the reference implementation "
                   "(install a C++ compiler and ninja, or set norm.impl=reference to silence this)", stacklevel=3)
@@ -84,4 +104,7 @@ def load():
         _fallback(f"building {SOURCE.name} failed ({str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__})")
         return None
     log.info("fused CPU RMSNorm kernel ready in %.1f s (%s)", time.perf_counter() - start, module.__file__)
+    llc = last_level_cache_bytes()
+    if llc:
+        module.set_stream_min_bytes(llc // 2)
     return module

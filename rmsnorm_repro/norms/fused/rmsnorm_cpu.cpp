@@ -13,6 +13,7 @@
 // Rows run in parallel (at::parallel_for); dgain/dbias come from per-chunk partial sums that are
 // added at the end, so the result does not depend on thread timing. dx is written over dy when
 // autograd hands over the only reference to dy (owns_dense_buffer): no fresh, cold allocation.
+// Outputs too large to stay cached are written with streaming stores (stream_min_bytes).
 // Only the headers used (not <torch/extension.h>, which pulls in all of libtorch's C++ API):
 // the one-time build takes about half as long.
 #include <ATen/ATen.h>
@@ -23,7 +24,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <tuple>
+#include <type_traits>
+#if defined(__AVX512F__) || defined(__AVX__)
+#include <immintrin.h>
+#define RMSNORM_STREAMING 1
+#endif
 
 namespace {
 
@@ -56,10 +64,52 @@ inline acc_t row_sum(int64_t n, Term term) {
   return total + part[0];
 }
 
+// Outputs of at least this many bytes are written with streaming (non-temporal) stores, which do not
+// read each destination line into the cache before overwriting it: a third less memory traffic for
+// an output that could not stay cached for its consumer anyway. cpu.py sets it from the size of the
+// last-level cache; until then nothing streams.
+int64_t stream_min_bytes = std::numeric_limits<int64_t>::max();
+
+bool streams(const Tensor& out) { return static_cast<int64_t>(out.nbytes()) >= stream_min_bytes; }
+
+#ifdef RMSNORM_STREAMING
+#if defined(__AVX512F__)
+constexpr int64_t kVectorBytes = 64;
+inline void stream_store(float* p, const float* v) { _mm512_stream_ps(p, _mm512_load_ps(v)); }
+inline void stream_store(double* p, const double* v) { _mm512_stream_pd(p, _mm512_load_pd(v)); }
+#else
+constexpr int64_t kVectorBytes = 32;
+inline void stream_store(float* p, const float* v) { _mm256_stream_ps(p, _mm256_load_ps(v)); }
+inline void stream_store(double* p, const double* v) { _mm256_stream_pd(p, _mm256_load_pd(v)); }
+#endif
+#endif
+
+// Streaming stores are weakly ordered: each task fences its own before the result is used.
+inline void stream_fence(bool stream) {
+#ifdef RMSNORM_STREAMING
+  if (stream) _mm_sfence();
+#endif
+}
+
 // out[i] = value(i) for i in [begin, end), vectorized without runtime alias checks (out is a fresh
-// tensor, or dy itself, whose element i is read only to compute out[i]).
+// tensor, or dy itself, whose element i is read only to compute out[i]). stream: see stream_min_bytes
+// (float and double; bf16 outputs are stored normally).
 template <typename scalar_t, typename Value>
-inline void write_row(scalar_t* out, int64_t begin, int64_t end, Value value) {
+inline void write_row(scalar_t* out, int64_t begin, int64_t end, Value value, bool stream) {
+#ifdef RMSNORM_STREAMING
+  if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
+    if (stream) {
+      constexpr int64_t lanes = kVectorBytes / sizeof(scalar_t);
+      for (; begin < end && reinterpret_cast<std::uintptr_t>(out + begin) % kVectorBytes; ++begin) out[begin] = value(begin);
+      for (; begin + lanes <= end; begin += lanes) {
+        alignas(kVectorBytes) scalar_t block[lanes];
+#pragma omp simd
+        for (int64_t j = 0; j < lanes; ++j) block[j] = value(begin + j);
+        stream_store(out + begin, block);
+      }
+    }
+  }
+#endif
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) out[i] = static_cast<scalar_t>(value(i));
 }
@@ -89,6 +139,7 @@ void forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, T
   acc_t* C = coef.data_ptr<acc_t>();
   const acc_t e = static_cast<acc_t>(eps), kk = static_cast<acc_t>(k);
   const int64_t grain = std::max<int64_t>(1, kElementsPerTask / d);
+  const bool stream = streams(y);
 
   at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
@@ -108,15 +159,16 @@ void forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, T
       C[row] = c;
       // Four loops instead of branches inside one.
       if (W && B) {
-        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s * static_cast<acc_t>(W[i]) + static_cast<acc_t>(B[i]); });
+        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s * static_cast<acc_t>(W[i]) + static_cast<acc_t>(B[i]); }, stream);
       } else if (W) {
-        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s * static_cast<acc_t>(W[i]); });
+        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s * static_cast<acc_t>(W[i]); }, stream);
       } else if (B) {
-        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s + static_cast<acc_t>(B[i]); });
+        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s + static_cast<acc_t>(B[i]); }, stream);
       } else {
-        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s; });
+        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s; }, stream);
       }
     }
+    stream_fence(stream);
   });
 }
 
@@ -135,6 +187,7 @@ void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   scalar_t* DX = dx.defined() ? dx.data_ptr<scalar_t>() : nullptr;
   acc_t* DWP = dw_partial.defined() ? dw_partial.data_ptr<acc_t>() : nullptr;
   acc_t* DBP = db_partial.defined() ? db_partial.data_ptr<acc_t>() : nullptr;
+  const bool stream = DX && streams(dx);
 
   // One task per chunk of rows; each chunk owns one row of the partial-sum buffers.
   at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
@@ -169,14 +222,15 @@ void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight, co
         const acc_t cs = C[row] * sum;
         scalar_t* dxr = DX + row * d;
         if (W) {
-          write_row(dxr, 0, k, [&](int64_t i) { return s * static_cast<acc_t>(W[i]) * static_cast<acc_t>(dyr[i]) - cs * static_cast<acc_t>(xr[i]); });
-          write_row(dxr, k, d, [&](int64_t i) { return s * static_cast<acc_t>(W[i]) * static_cast<acc_t>(dyr[i]); });
+          write_row(dxr, 0, k, [&](int64_t i) { return s * static_cast<acc_t>(W[i]) * static_cast<acc_t>(dyr[i]) - cs * static_cast<acc_t>(xr[i]); }, stream);
+          write_row(dxr, k, d, [&](int64_t i) { return s * static_cast<acc_t>(W[i]) * static_cast<acc_t>(dyr[i]); }, stream);
         } else {
-          write_row(dxr, 0, k, [&](int64_t i) { return s * static_cast<acc_t>(dyr[i]) - cs * static_cast<acc_t>(xr[i]); });
-          write_row(dxr, k, d, [&](int64_t i) { return s * static_cast<acc_t>(dyr[i]); });
+          write_row(dxr, 0, k, [&](int64_t i) { return s * static_cast<acc_t>(dyr[i]) - cs * static_cast<acc_t>(xr[i]); }, stream);
+          write_row(dxr, k, d, [&](int64_t i) { return s * static_cast<acc_t>(dyr[i]); }, stream);
         }
       }
     }
+    stream_fence(stream);
   });
 }
 
@@ -283,4 +337,7 @@ Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& weight, const std:
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "RMSNorm/pRMSNorm over the last dim with a fused exact backward",
         py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("k"), py::arg("eps"), py::arg("eps_inside"));
+  m.def("set_stream_min_bytes", [](int64_t bytes) { stream_min_bytes = bytes; },
+        "outputs of at least this many bytes are written with streaming stores (x86 with AVX only)", py::arg("bytes"));
+  m.def("stream_min_bytes", [] { return stream_min_bytes; });
 }
