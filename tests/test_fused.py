@@ -223,7 +223,7 @@ def test_streaming_threshold_comes_from_the_last_level_cache(ext):
     if llc is None:
         assert ext.stream_min_bytes() == (1 << 63) - 1  # unknown cache: nothing streams
     else:
-        assert ext.stream_min_bytes() == llc // 2
+        assert ext.stream_min_bytes() == llc // 4
 
 
 def test_auto_selects_the_fused_kernel_and_logs_it_once(ext, caplog):
