@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from rmsnorm_repro import allocator
+from rmsnorm_repro.bench.kernels import block_ms
 from rmsnorm_repro.norms import functional as fn
 from rmsnorm_repro.norms.fused import cpu
 
@@ -28,12 +29,7 @@ NEVER = (1 << 63) - 1
 
 
 def _ms(stmt, number: int) -> float:
-    for _ in range(3):  # settle the allocator (allocator.py)
-        stmt()
-    start = time.perf_counter()
-    for _ in range(number):
-        stmt()
-    return (time.perf_counter() - start) * 1e3 / number
+    return block_ms(stmt, number, time.thread_time)[0]
 
 
 def bench(n: int, d: int, rounds: int) -> dict[str, float]:
@@ -47,7 +43,7 @@ def bench(n: int, d: int, rounds: int) -> dict[str, float]:
                  "tanh": lambda y: torch.tanh(y).backward(dy),
                  "matmul": lambda y: (y @ proj).sum().backward()}
     number = max(3, 20_000_000 // (n * d))
-    ext, ratios = cpu.load(), {}
+    ext, ratios = cpu.load(), {}  # built and cached by main()
     for _ in range(rounds):
         for stream, threshold in (("off", NEVER), ("on", 0)):
             ext.set_stream_min_bytes(threshold)

@@ -71,7 +71,7 @@ def _calibrate(stmt: Callable[[], None], seconds: float) -> int:
         number *= 4
 
 
-def _block_ms(stmt: Callable[[], None], number: int, cpu_clock, settle: int = 3) -> tuple[float, float]:
+def block_ms(stmt: Callable[[], None], number: int, cpu_clock, settle: int = 3) -> tuple[float, float]:
     """(wall ms, CPU ms) per call over one block of `number` calls, after `settle` untimed calls.
 
     The untimed calls let the allocator settle after the previous block's different sizes: glibc
@@ -116,8 +116,8 @@ def run(shapes=SHAPES, names: list[str] | None = None, rounds: int = 15, min_run
         for _ in range(rounds):
             for key, stmt in stmts.items():
                 ln_key = ("torch layer_norm", key[1] if key[1] != "copy" else "fwd")
-                ln_wall, ln_cpu = _block_ms(stmts[ln_key], number[ln_key], cpu_clock) if key != ln_key else (None, None)
-                w_ms, c_ms = _block_ms(stmt, number[key], cpu_clock)
+                ln_wall, ln_cpu = block_ms(stmts[ln_key], number[ln_key], cpu_clock) if key != ln_key else (None, None)
+                w_ms, c_ms = block_ms(stmt, number[key], cpu_clock)
                 ln_wall, ln_cpu = ln_wall or w_ms, ln_cpu or c_ms
                 wall[key].append(w_ms)
                 cpu[key].append(c_ms)
@@ -147,7 +147,7 @@ def dram_copy_gbs(mib: int = 256, repeats: int = 5) -> float:
     dst = torch.empty_like(src)
     stmt = lambda: dst.copy_(src)  # noqa: E731
     number = _calibrate(stmt, 0.2)
-    ms = statistics.median(_block_ms(stmt, number, time.thread_time)[0] for _ in range(repeats))
+    ms = statistics.median(block_ms(stmt, number, time.thread_time)[0] for _ in range(repeats))
     return 2 * src.numel() * 4 / ms / 1e6
 
 
