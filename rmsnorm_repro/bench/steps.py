@@ -15,17 +15,19 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ..runner.loop import normalization, resolve_device, seed_everything, task_class
+from ..paths import configs_dir, paper_dir
+from ..runner.checkpoint import seed_everything
 from ..runner.optim import build_optimizer
+from ..runner.setup import normalization, resolve_device, task_class
+from ..runner.step import train_step
 from ..tasks import TASKS
 from .kernels import verdict
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
+CONFIG_DIR = configs_dir()
+PAPER_DIR = paper_dir()
 # task -> (paper table file, time column, label) with the paper's per-step times
 PAPER_TIMES = {
     "rnnsearch": [("table2.csv", "time_mean", "Table 2 (Theano)"), ("table3.csv", "py_time_mean", "Table 3 (PyTorch)")],
@@ -95,15 +97,11 @@ class _Run:
         self.clip = self.cfg.optim.clip
 
     def step(self, step: int) -> tuple[float, float]:
+        """(wall ms, CPU ms of this thread) of one training step."""
         batch = self.task.train_batch(step)
-        wall, cpu = time.perf_counter(), time.thread_time()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss, _ = self.task.loss(self.model, batch)
-        loss.backward()
-        if self.clip:
-            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
-        self.optimizer.step()
-        return (time.perf_counter() - wall) * 1e3, (time.thread_time() - cpu) * 1e3
+        cpu = time.thread_time()
+        _, _, wall_ms = train_step(self.task, self.model, self.optimizer, batch, self.params, self.clip)
+        return wall_ms, (time.thread_time() - cpu) * 1e3
 
 
 def run(tasks: list[str], norms: list[str] | None = None, rounds: int = 2, steps: int = 3,

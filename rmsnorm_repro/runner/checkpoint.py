@@ -1,19 +1,74 @@
 """checkpoints/last.pt: everything a run needs to continue as if it had never stopped.
 
-Model, optimizer, scheduler, the RNG states (python, numpy, torch CPU and CUDA), the step (which
-is also the data position: a task's batch is a pure function of config, seed and step), the
-best and last validation metrics and the clocks. Only tensors and plain Python types go in, so
-`torch.load(weights_only=True)` reads it back: loading never runs pickled code.
+Model, optimizer, scheduler, the RNG states (python, numpy, torch CPU and CUDA), and the loop's
+TrainState: the step (which is also the data position: a task's batch is a pure function of
+config, seed and step), the best and last validation metrics, the clocks. Only tensors and plain
+Python types go in, so `torch.load(weights_only=True)` reads it back: loading never runs pickled code.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from .distributed import World
+
+
+@dataclass
+class TrainState:
+    """What the training loop carries from step to step and across a resume."""
+    step: int = 0  # optimizer steps done
+    wall_s: float = 0.0  # wall clock of the run so far, across resumes
+    step_ms: list[float] = field(default_factory=list)  # timed steps (each segment's first is warm-up, left out)
+    units: int = 0  # examples or tokens of the timed steps
+    best: dict[str, float] = field(default_factory=dict)  # the best validation metrics and their step
+    last_valid: dict[str, float] = field(default_factory=dict)
+    last_eval_step: int = 0
+
+    def save(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             scheduler: Any, rng_ranks: list[dict[str, Any]]) -> None:
+        """rng_ranks: every rank's RNG states (one entry without DDP)."""
+        fields = dataclasses.asdict(self)
+        fields["step_ms"] = torch.tensor(self.step_ms, dtype=torch.float64)
+        save(path, {**fields, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "rng": rng_ranks[0],
+                    **({"rng_ranks": rng_ranks} if len(rng_ranks) > 1 else {})})
+
+    @classmethod
+    def load(cls, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+             world: World, seed: int) -> TrainState:
+        """Restore model, optimizer, scheduler and this rank's RNG from `path`; return the loop's state."""
+        saved = load(path)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        set_rng_state(saved["rng"] if world.main else _rank_rng(saved, world, seed))
+        state = cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls)})
+        state.step_ms = saved["step_ms"].tolist()
+        return state
+
+
+def _rank_rng(saved: dict[str, Any], world: World, seed: int) -> dict[str, Any]:
+    """This rank's RNG states from the checkpoint; a run resumed on another number of processes
+    cannot continue the other ranks' streams, so they start fresh ones from (seed, rank, step)."""
+    ranks = saved.get("rng_ranks")
+    if ranks is not None and len(ranks) == world.world_size:
+        return ranks[world.rank]
+    seed_everything(seed + 1_000_003 * world.rank + 7919 * int(saved["step"]))
+    return rng_state()
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # seeds CUDA too
 
 
 def rng_state() -> dict[str, Any]:

@@ -46,3 +46,7 @@ class Task:
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
         """Metrics on split "valid" (eval steps) or "test" (end of run); model is in eval mode."""
         raise NotImplementedError
+
+    def provenance(self) -> dict[str, Any]:
+        """Where the numbers come from, for summary.json: data variant, test set sizes, a metric's signature."""
+        return {"bleu_signature": self.bleu_signature} if self.bleu_signature else {}
