@@ -83,7 +83,7 @@ def test_two_ranks_train_like_one_process_and_resume_under_torchrun(tmp_path):
     assert ranks[1]["final"] == {} and ranks[0]["final"]  # rank 0 evaluates, rank 1 waits
     # rank 0 alone wrote: one metrics line per step (two writers would duplicate or tear them)
     assert [r["step"] for r in read_metrics(run_dir)] == list(range(1, 21))
-    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.yaml", "metrics.jsonl", "summary.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "checkpoints", "config.yaml", "metrics.jsonl", "summary.json"]
     assert read_summary(run_dir)["env"]["world_size"] == 2
     saved = checkpoint.load(run_dir / "checkpoints" / "last.pt")
     assert saved["step"] == 20 and len(saved["rng_ranks"]) == 2

@@ -14,7 +14,6 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import rmsnorm_repro.config_resolvers  # noqa: F401  (the resolvers the configs use, as the runner does)
 from rmsnorm_repro.report.tables import PAGES
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -120,3 +119,29 @@ def test_tables_that_share_runs_share_the_sweep(child: str, parent: str):
     assert a.hydra.sweep.dir == b.hydra.sweep.dir
     assert "experiment" in a.hydra.job.config.override_dirname.exclude_keys  # same run directory names
     assert PAGES[child].task == task
+
+
+@pytest.mark.parametrize("scale", ["mini", "paper"])
+def test_convpool_per_norm_settings_yield_to_the_command_line(scale: str):
+    """configs/task_norm/convpool/: lr 3e-4 for the Baseline, 3e-3 otherwise, p = 12.5% for pRMSNorm;
+    a command-line optim.lr or norm.p wins, in a preset's job as in a single run."""
+    _need_task("convpool")
+    for norm, lr, p in [("none", 3e-4, 1.0), ("rmsnorm", 3e-3, 1.0), ("prmsnorm", 3e-3, 0.125), ("batchnorm", 3e-3, 1.0)]:
+        for base in (["task=convpool"], ["experiment=table9"]):
+            cfg = _compose([*base, f"scale={scale}", f"norm={norm}"])
+            assert (cfg.optim.lr, cfg.norm.p) == (lr, p), (base, norm)
+            cfg = _compose([*base, f"scale={scale}", f"norm={norm}", "optim.lr=0.01", "norm.p=0.5"])
+            assert (cfg.optim.lr, cfg.norm.p) == (0.01, 0.5), (base, norm)
+
+
+@pytest.mark.parametrize("scale", ["mini", "paper"])
+@pytest.mark.parametrize("task", ["convpool", "reader", "retrieval", "rnnsearch", "transformer"])
+def test_batch_keys_are_the_ones_the_task_reads(task: str, scale: str):
+    """Sentence/example batches read train.batch_size; the Transformer's token batches only train.batch_tokens."""
+    _need_task(task)
+    cfg = _compose([f"task={task}", f"scale={scale}"])
+    assert "batching" not in cfg.task
+    if task == "transformer":
+        assert "batch_size" not in cfg.train and cfg.train.batch_tokens > 0
+    else:
+        assert cfg.train.batch_size > 0 and "batch_tokens" not in cfg.train

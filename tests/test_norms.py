@@ -20,6 +20,7 @@ from torch.func import functional_call
 from rmsnorm_repro.norms import (
     ChannelNorm, FeatureBatchNorm, L2Norm, LayerNorm, RMSNorm, StepBatchNorm, build_normalization, functional as fn,
 )
+from rmsnorm_repro.norms import formulas
 
 DT = torch.float64
 EPS = 0.01  # large enough that putting eps inside or outside the sqrt changes the output visibly
@@ -237,6 +238,22 @@ def test_rmsnorm_equals_layernorm_on_zero_mean_inputs(eps):
 def test_out_of_range_arguments_name_the_allowed_range(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+@pytest.mark.parametrize("impl", ["reference", "auto"])
+def test_rmsnorm_checks_its_arguments_and_computes_k_once_when_built(monkeypatch, impl):
+    """The forward of a built norm (activations, conv maps after their first map) checks nothing."""
+    norms = build_normalization("prmsnorm", {"p": 0.25, "impl": impl})
+    act, channels = norms.act(8), norms.channels(3)
+    x, maps = torch.randn(2, 8), torch.randn(2, 3, 4, 4)
+    first = act(x), channels(maps)
+
+    def per_call(*args):
+        raise AssertionError("an argument check or k computed per call")
+
+    monkeypatch.setattr(formulas, "check_norm_args", per_call)
+    monkeypatch.setattr(formulas, "partial_k", per_call)
+    torch.testing.assert_close((act(x), channels(maps)), first, rtol=0, atol=0)
 
 
 # --- LayerNorm, L2-Norm ----------------------------------------------------------------------

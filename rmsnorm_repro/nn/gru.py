@@ -25,19 +25,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-from ..norms import Normalization
+from ..norms import Normalization, init_weight_
 
 
 # Initialization -----------------------------------------------------------------------------------
-def _set_weight(layer: nn.Module, weight: Tensor) -> None:
-    """Set a layer's weight, also when weightnorm reparameterizes it (then g and v follow from it)."""
-    with torch.no_grad():
-        if parametrize.is_parametrized(layer, "weight"):
-            layer.weight = weight  # the parametrization's right_inverse computes g = ||w||, v = w
-        else:
-            layer.weight.copy_(weight)
-
-
 def nematus_matrix(rows: int, cols: int, std: float = 0.01, center: float = 0.0, blocks: int = 1) -> Tensor:
     """A (rows, cols) weight made of `blocks` row blocks, each like Nematus' `norm_weight`:
 
@@ -60,7 +51,7 @@ def nematus_matrix(rows: int, cols: int, std: float = 0.01, center: float = 0.0,
 def init_matrix_(layer: nn.Module, std: float = 0.01, center: float = 0.0, blocks: int = 1) -> None:
     """Nematus init of one nn.Linear / nn.Embedding (weight as `nematus_matrix`, bias 0)."""
     rows, cols = layer.weight.shape
-    _set_weight(layer, nematus_matrix(rows, cols, std, center, blocks).to(layer.weight))
+    init_weight_(layer, nematus_matrix(rows, cols, std, center, blocks).to(layer.weight))
     if getattr(layer, "bias", None) is not None:
         with torch.no_grad():
             layer.bias.zero_()

@@ -21,17 +21,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..norms import Normalization
+from ..norms import Normalization, init_weight_
 
 
-def _init_gate_blocks(weight: Tensor, hidden_size: int) -> None:
+def _init_gate_blocks(layer: nn.Module, hidden_size: int) -> None:
     """Xavier for each gate's block, orthogonal where the block is square (the paper's init)."""
-    with torch.no_grad():
-        for block in weight.split(hidden_size, dim=0):
-            if block.shape[0] == block.shape[1]:
-                nn.init.orthogonal_(block)
-            else:
-                nn.init.xavier_uniform_(block)
+    weight = torch.empty_like(layer.weight)
+    for block in weight.split(hidden_size, dim=0):
+        if block.shape[0] == block.shape[1]:
+            nn.init.orthogonal_(block)
+        else:
+            nn.init.xavier_uniform_(block)
+    init_weight_(layer, weight)
 
 
 class LSTMDirection(nn.Module):
@@ -46,8 +47,8 @@ class LSTMDirection(nn.Module):
         self.norm_h = norms.step_norm(4 * hidden_size, max_steps)
         self.norm_c = norms.step_norm(hidden_size, max_steps)
         self.bias = nn.Parameter(torch.zeros(4 * hidden_size))
-        _init_gate_blocks(self.input_proj.weight, hidden_size)
-        _init_gate_blocks(self.hidden_proj.weight, hidden_size)
+        _init_gate_blocks(self.input_proj, hidden_size)
+        _init_gate_blocks(self.hidden_proj, hidden_size)
         with torch.no_grad():  # gate order i, f, g, o
             self.bias[hidden_size : 2 * hidden_size] = forget_bias
 

@@ -1,8 +1,10 @@
-"""Normalization library: functions (functional.py), modules, and the factory models use.
+"""Normalization library: the formulas (formulas.py, a leaf), the public functions (functional.py),
+modules, and the factory models use.
 
     norms = build_normalization("rmsnorm", {"p": 0.0625})
     norms.act(512)        # an activation norm over a feature size
-    norms.linear(512, 1024)  # a layer (weight-normalized under weightnorm)
+    layer = norms.linear(512, 1024)  # a layer (weight-normalized under weightnorm)
+    init_weight_(layer, w)           # its initial weight, under weightnorm too
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any, Iterable, Mapping
 
 from . import batchnorm, l2norm, layernorm, none, rmsnorm, weightnorm  # noqa: F401  (register the kinds)
 from . import functional
-from .base import REGISTRY, ChannelNorm, Normalization, register
+from .base import REGISTRY, ChannelNorm, Normalization, init_weight_, register
 from .batchnorm import FeatureBatchNorm, StepBatchNorm
 from .l2norm import L2Norm
 from .layernorm import LayerNorm
@@ -33,5 +35,5 @@ def build_normalization(
 
 __all__ = [
     "NORM_NAMES", "REGISTRY", "ChannelNorm", "FeatureBatchNorm", "L2Norm", "LayerNorm", "Normalization",
-    "RMSNorm", "StepBatchNorm", "build_normalization", "functional", "register",
+    "RMSNorm", "StepBatchNorm", "build_normalization", "functional", "init_weight_", "register",
 ]

@@ -4,6 +4,7 @@ A model asks its `Normalization` for "a norm of size d" (`act`), "a norm for the
 conv map" (`channels`), "a norm for step t of a recurrent cell" (`step_norm`), and for its
 `linear` / `conv2d` layers. It never learns which norm it got: WeightNorm answers with
 reparameterized layers and identity norms, every other kind with plain layers and its norm.
+A model that initializes such a layer's weight does it through `init_weight_`, which works for both.
 
 Adding a norm is one file: subclass `Normalization`, decorate it with `@register("name")`, and
 import the file in `norms/__init__.py`.
@@ -14,6 +15,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 REGISTRY: dict[str, type["Normalization"]] = {}
 
@@ -62,6 +64,20 @@ class Normalization:
     def describe(self) -> dict[str, Any]:
         """What to record about this norm in a run's summary."""
         return {"name": self.name, **self.options}
+
+
+def init_weight_(layer: nn.Module, weight: Tensor) -> None:
+    """Make `weight` the layer's (effective) weight: how every model initializes a factory layer.
+
+    Under weightnorm `layer.weight` is recomputed from g and v at each access, so writing into it
+    in place (nn.init.*_, .data, copy_) is silently lost; assigning it goes through the
+    parametrization instead (g = ||w|| per output unit, v = w). Plain layers are copied into.
+    """
+    with torch.no_grad():
+        if parametrize.is_parametrized(layer, "weight"):
+            layer.weight = weight
+        else:
+            layer.weight.copy_(weight)
 
 
 class SharedStepNorm(nn.Module):

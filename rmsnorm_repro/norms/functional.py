@@ -1,35 +1,15 @@
-"""Normalization functions over the last dimension: the formulas of the paper, nothing else.
+"""Normalization functions over the last dimension, the public ones: arguments checked on every call.
 
-Every module in this package is a thin wrapper over one of these functions, so the math lives in
-exactly one place and the tests can check it against a float64 reference.
+The math lives in formulas.py (checked arguments, k given); the modules of this package call it, or
+the fast paths in fused/, with p and eps checked and k computed once when they are built. These
+functions are for callers without a module (tests, benchmarks): they check and compute k per call.
 """
 from __future__ import annotations
 
-import math
-
-import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-
-def check_norm_args(dim: int, p: float = 1.0, eps: float = 0.0) -> None:
-    """Raise ValueError with the allowed range when a norm's arguments are out of it."""
-    if not isinstance(dim, int) or dim < 1:
-        raise ValueError(f"normalized dimension must be an integer >= 1, got {dim!r}")
-    if not (isinstance(p, (int, float)) and 0.0 < p <= 1.0):
-        raise ValueError(f"partial ratio p must be in (0, 1] (1.0 = full RMSNorm), got {p!r}")
-    if not (isinstance(eps, (int, float)) and eps >= 0.0):
-        raise ValueError(f"eps must be >= 0, got {eps!r}")
-
-
-def partial_k(dim: int, p: float) -> int:
-    """Number of leading features pRMSNorm takes its statistic from: ceil(dim * p), at least 1.
-
-    The paper says ceil; the authors' code uses floor and crashes when it reaches 0, so we clamp.
-    """
-    check_norm_args(dim, p)
-    # round() first so that e.g. 0.07 * 100 = 7.000000000000001 still gives 7, not 8.
-    return max(1, math.ceil(round(dim * p, 9)))
+from . import formulas, fused
+from .formulas import check_norm_args, layer_norm, partial_k  # public here too, unchanged
 
 
 def rms_norm(
@@ -46,47 +26,17 @@ def rms_norm(
     The statistic is RMS(x[..., :k]) with k = ceil(dim * p); every feature is divided by it.
     eps_inside=False divides by (RMS + eps) like the authors' PyTorch file; eps_inside=True
     multiplies by rsqrt(mean(x^2) + eps) like their TensorFlow file and torch.nn.RMSNorm.
-    impl="reference" runs the formulas below; auto | fused | compile take a fast path with the
-    same math (see norms/fused).
+    impl="reference" runs the formulas (formulas.py); auto | fused | compile take a fast path with
+    the same math (see norms/fused).
     """
-    if impl != "reference":
-        from . import fused  # imported here: fused falls back to this function
-
-        return fused.rms_norm(x, weight, bias, p, eps, eps_inside, impl)
-    dim = x.shape[-1]
-    check_norm_args(dim, p, eps)
-    k = partial_k(dim, p)
-    head = x if k == dim else x[..., :k]
-    mean_square = head.pow(2).mean(-1, keepdim=True)
-    if eps_inside:
-        inv_rms = torch.rsqrt(mean_square + eps)
-    else:
-        # sqrt'(0) is infinite, so an all-zero row (U h0 with h0 = 0 in a GRU) would get NaN
-        # gradients (0 * inf); clamping at the smallest normal float keeps them finite (and exact).
-        inv_rms = 1.0 / (mean_square.clamp_min(torch.finfo(x.dtype).tiny).sqrt() + eps)
-    y = x * inv_rms
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y
+    check_norm_args(x.shape[-1], p, eps)
+    return fused.rms_norm(x, weight, bias, partial_k(x.shape[-1], p), eps, eps_inside, impl)
 
 
-def layer_norm(
-    x: Tensor, weight: Tensor | None, bias: Tensor | None = None, eps: float = 1e-5
-) -> Tensor:
-    """LayerNorm over the last dimension: torch's fused kernel (the fastest LayerNorm there is)."""
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
-
-
-def l2_norm(
-    x: Tensor, weight: Tensor | None, bias: Tensor | None = None, eps: float = 1e-8
-) -> Tensor:
+def l2_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None = None, eps: float = 1e-8) -> Tensor:
     """The paper's L2-Norm baseline: x / (||x||_2 + eps) * g (+ b). RMSNorm without the sqrt(n)."""
     check_norm_args(x.shape[-1], 1.0, eps)
-    y = x / (torch.linalg.vector_norm(x, dim=-1, keepdim=True) + eps)
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y
+    return formulas.l2_norm(x, weight, bias, eps)
+
+
+__all__ = ["check_norm_args", "l2_norm", "layer_norm", "partial_k", "rms_norm"]

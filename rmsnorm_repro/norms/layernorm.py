@@ -6,7 +6,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from . import functional as fn
+from . import formulas
 from .base import ChannelNorm, Normalization, register
 
 
@@ -15,13 +15,13 @@ class LayerNorm(nn.Module):
 
     def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True):
         super().__init__()
-        fn.check_norm_args(dim, 1.0, eps)
+        formulas.check_norm_args(dim, 1.0, eps)
         self.dim, self.eps = dim, float(eps)
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return fn.layer_norm(x, self.weight, self.bias, self.eps)
+        return formulas.layer_norm(x, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, bias={self.bias is not None}"
@@ -38,4 +38,5 @@ class LayerNormalization(Normalization):
         return LayerNorm(dim, self.eps, self.bias)
 
     def channels(self, num_channels: int) -> nn.Module:
-        return ChannelNorm(num_channels, partial(fn.layer_norm, weight=None, eps=self.eps), self.conv_axes, bias=True)
+        rows = partial(formulas.layer_norm, weight=None, eps=self.eps)
+        return ChannelNorm(num_channels, rows, self.conv_axes, bias=True)

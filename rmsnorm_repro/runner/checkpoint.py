@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from .config import ConfigError
+
 if TYPE_CHECKING:
     from .distributed import World
 
@@ -45,7 +47,11 @@ class TrainState:
     def load(cls, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
              world: World, seed: int) -> TrainState:
         """Restore model, optimizer, scheduler and this rank's RNG from `path`; return the loop's state."""
-        saved = load(path)
+        try:
+            saved = load(path)
+        except Exception as e:  # torch says why in many lines (and suggests weights_only=False: never)
+            raise ConfigError(f"{path} is damaged and cannot be read ({type(e).__name__}); to start over "
+                                    f"from step 0, delete it (or the whole run directory {path.parents[1]})") from None
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])

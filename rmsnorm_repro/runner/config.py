@@ -20,6 +20,9 @@ OPTIMIZERS = ("adam", "adamw")
 # keys that may change between a run and its resume (the step budget) or that do not touch the
 # numbers (where the logs go)
 RESUMABLE_CHANGES = ("train.steps", "train.max_minutes", "logger", "allocator")  # allocator: speed only
+# keys that only change how a trained model is scored (the translation tasks' decoding): changing
+# them on a finished run re-evaluates it and never retrains
+EVAL_ONLY = ("task.decode",)
 SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"}
 REDACTED = "<redacted>"
 
@@ -43,13 +46,16 @@ def _number(cfg: DictConfig, key: str, low: float, high: float = math.inf, optio
     value = _get(cfg, key)
     if value is None and optional:
         return
-    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
+    # inf or nan would be accepted by every comparison below, and an infinite lr "diverges" into
+    # the paper's "fails to train": refuse them
+    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
     if not bad:
         bad = value <= low if low_open else value < low
         bad = bad or value > high
     if bad:
         bracket = "(" if low_open else "["
-        allowed = f"a number in {bracket}{low:g}, {high:g}]" if high < math.inf else f"a number {'>' if low_open else '>='} {low:g}"
+        allowed = (f"a finite number in {bracket}{low:g}, {high:g}]" if high < math.inf
+                   else f"a finite number {'>' if low_open else '>='} {low:g}")
         raise ConfigError(f"{key} must be {allowed}{' or null' if optional else ''}, got {value!r}")
 
 
@@ -60,11 +66,14 @@ def check_config(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} is missing: choose one with {key.split('.')[0]}=<name>")
     _int(cfg, "seed", 0)
     _int(cfg, "train.steps", 1)
-    _int(cfg, "train.batch_size", 1)
+    if "batch_size" in (_get(cfg, "train") or {}):  # token-batched tasks (Transformer) have none
+        _int(cfg, "train.batch_size", 1)
     for key in ("train.eval_every", "train.log_every", "train.checkpoint_every"):
         _int(cfg, key, 1)
     _number(cfg, "train.max_minutes", 0.0, optional=True, low_open=True)
     _number(cfg, "norm.p", 0.0, 1.0, low_open=True)
+    if _get(cfg, "norm.eps") is not None:
+        _number(cfg, "norm.eps", 0.0)
     if _get(cfg, "optim.name") not in OPTIMIZERS:
         raise ConfigError(f"optim.name={_get(cfg, 'optim.name')!r} is unknown; choose one of: {', '.join(OPTIMIZERS)}")
     _number(cfg, "optim.lr", 0.0, low_open=True)
@@ -113,12 +122,12 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: node}
 
 
-def config_differences(saved: dict, new: dict) -> list[str]:
-    """Keys whose values differ between two resolved configs, ignoring RESUMABLE_CHANGES."""
+def config_differences(saved: dict, new: dict, ignore: tuple[str, ...] = RESUMABLE_CHANGES + EVAL_ONLY) -> list[str]:
+    """Keys (outside `ignore` and its subtrees) whose values differ between two resolved configs."""
     a, b = _flatten(saved), _flatten(new)
     diffs = []
     for key in sorted(set(a) | set(b)):
-        if any(key == k or key.startswith(k + ".") for k in RESUMABLE_CHANGES):
+        if any(key == k or key.startswith(k + ".") for k in ignore):
             continue
         if a.get(key, "<absent>") != b.get(key, "<absent>"):
             diffs.append(f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}")

@@ -150,6 +150,15 @@ def reduce_step(loss: float, n: int, signum: int, out_of_time: bool, device: tor
     return float(rows[:, 0].sum()) / total, int(total), int(rows[:, 2].max()), bool(rows[:, 3].any())
 
 
+def any_rank(flag: bool, device: torch.device, world: World) -> bool:
+    """True on every rank when flag is True on any (a collective; rank 0's flag alone without DDP)."""
+    if not world.distributed:
+        return flag
+    value = torch.tensor([float(flag)], device=collective_device(device))
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
 def barrier(world: World) -> None:
     if world.distributed:
         dist.barrier()

@@ -18,10 +18,12 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
 from .. import allocator
+from ..tasks.base import EvaluationInterrupted
 from . import checkpoint, distributed
 from .checkpoint import TrainState
 from .config import scrub
@@ -41,36 +43,51 @@ def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> dict[s
     rank 0 alone writes files and logs, every rank returns the summary.
     """
     plan = prepare(cfg, Path(run_dir), experiment)
-    allocator.apply(cfg.allocator)
-    with distributed.process_group(plan.device) as world:
-        run, state = build(plan, world)
-        summary: dict[str, Any] = {}
-        try:
-            with stop_requests() as stop:
-                summary = train(run, state, stop)
-            summary["env"] = environment(run)
-            summary.update(run.task.provenance())
-            if world.main:
-                write_json(run.run_dir / "summary.json", summary)
-            if run.wandb is not None:
-                run.wandb.summary(summary)
-            return summary
-        except Exception as e:
-            if not world.main:
-                raise
-            # a crash (a bug, out of memory): never leave a summary that claims anything else
+    try:
+        if plan.finished is not None:
+            log.info(f"{plan.run_dir} is finished (status {plan.finished['status']}, {plan.finished['steps']} steps): "
+                     "nothing to do")
+            return plan.finished
+        allocator.apply(cfg.allocator)
+        with distributed.process_group(plan.device) as world:
+            run, state = build(plan, world)
+            return train_and_summarize(run, state)
+    finally:
+        if plan.lock is not None:
+            plan.lock.release()
+
+
+def train_and_summarize(run: Run, state: TrainState) -> dict[str, Any]:
+    """train(), then summary.json; a crash still leaves a summary that says so, and wandb finished."""
+    summary: dict[str, Any] = {}
+    try:
+        with stop_requests() as stop:
+            run.task.stop_requested = lambda: stop["signal"] is not None  # long evaluations poll this
+            summary = train(run, state, stop)
+        summary["env"] = environment(run)
+        summary.update(run.task.provenance())
+        if run.world.main:
+            write_json(run.run_dir / "summary.json", summary)
+        if run.wandb is not None:
+            run.wandb.summary(summary)
+        return summary
+    except Exception as e:
+        if not run.world.main:
+            raise
+        # a crash (a bug, out of memory, a full disk): never leave a summary that claims anything else
+        with contextlib.suppress(OSError):
             write_json(run.run_dir / "summary.json", scrub({
-                **_identity(cfg), "status": "failed", "steps": state.step, "step_ms_median": None,
+                **_identity(run.cfg), "status": "failed", "steps": state.step, "step_ms_median": None,
                 "step_ms_mean": None, "s_per_1k_steps": None, "final": {}, "best": state.best,
                 "env": environment(run), "error": f"{type(e).__name__}: {e}",
                 "traceback": traceback.format_exc(limit=-8),
             }))
-            raise
-        finally:
-            if run.metrics is not None:
-                run.metrics.close()
-            if run.wandb is not None:
-                run.wandb.finish(exit_code=0 if summary.get("status") in ("completed", "diverged", "interrupted") else 1)
+        raise
+    finally:
+        if run.metrics is not None:
+            run.metrics.close()
+        if run.wandb is not None:
+            run.wandb.finish(exit_code=0 if summary.get("status") in ("completed", "diverged", "interrupted") else 1)
 
 
 @contextlib.contextmanager
@@ -118,20 +135,27 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                    if world.distributed and task.unit == "tokens" else None)
     clock0 = time.perf_counter() - state.wall_s  # wall_s continues across resumes
     start = state.step
+    # a run whose budget was spent is finished: its rerun trains no further step
+    end = start if state.wall_s >= budget_s else total
     status, first_ms, stopping = "completed", None, None
     interval_units, interval_ms = 0, 0.0
 
-    def evaluate(split: str) -> dict[str, float]:
-        """Rank 0's evaluation (the DDP wrapper's forward would wait for the other ranks)."""
-        if not world.main:
-            distributed.barrier(world)
-            return {}
-        eval_model = run.raw_model if world.distributed else run.model
-        eval_model.eval()
-        with torch.no_grad():
-            out = {k: float(v) for k, v in task.evaluate(eval_model, split).items()}
-        run.model.train()
-        distributed.barrier(world)
+    def evaluate(split: str) -> dict[str, float] | None:
+        """Rank 0's evaluation (the DDP wrapper's forward would wait for the other ranks); None when
+        a signal cut it short (on any rank's word, so all ranks agree)."""
+        out: dict[str, float] | None = {}
+        if world.main:
+            eval_model = run.raw_model if world.distributed else run.model
+            eval_model.eval()
+            try:
+                with torch.no_grad():
+                    out = {k: float(v) for k, v in task.evaluate(eval_model, split).items()}
+            except EvaluationInterrupted:
+                out = None
+            run.model.train()
+        if distributed.any_rank(out is None, device, world):
+            log.warning(f"{stop['signal'] or 'a signal'} received during the {split} evaluation: stopped it")
+            return None
         return out
 
     def save_checkpoint() -> None:
@@ -143,7 +167,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
     progress = Progress(start, total, enabled=world.main)
     run.model.train()
     try:
-        for step in range(start, total):
+        for step in range(start, end):
             batch = task.train_batch(step, world.rank, world.world_size)
             run.set_beta1(step)
             lr = run.optimizer.param_groups[0]["lr"]
@@ -170,10 +194,14 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
 
             valid = {}
             if not diverged and stopping is None and (done % cfg.train.eval_every == 0 or last):
-                valid = evaluate("valid")
-                state.last_valid, state.last_eval_step = valid, done
-                if best_name in valid and (not state.best or _better(valid[best_name], state.best[best_name], best_mode)):
-                    state.best = {**valid, "step": done}
+                evaluated = evaluate("valid")
+                if evaluated is None:
+                    stopping = stop["signal"] or "SIGTERM"
+                else:
+                    valid = evaluated
+                    state.last_valid, state.last_eval_step = valid, done
+                    if best_name in valid and (not state.best or _better(valid[best_name], state.best[best_name], best_mode)):
+                        state.best = {**valid, "step": done}
             if run.metrics is not None and (done % cfg.train.log_every == 0 or valid or last or diverged):
                 record = {"step": done, "wall_s": round(time.perf_counter() - clock0, 3), "loss": loss_value,
                           "step_ms": round(ms, 3), "lr": lr, per_s: round(interval_units / (interval_ms / 1e3), 2)}
@@ -188,7 +216,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                 status = "diverged"  # no checkpoint: the last one holds the last finite state
                 log.warning(f"loss is {loss_value} at step {done}: run diverged, stopping")
                 break
-            if done % cfg.train.checkpoint_every == 0 or last:
+            if done % cfg.train.checkpoint_every == 0 or last or stopping is not None:
                 save_checkpoint()
             if stopping is not None:
                 status = "interrupted"
@@ -200,13 +228,26 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
     finally:
         progress.close()
 
-    if status == "completed" and state.last_eval_step != state.step:
-        # no step ran, and the checkpoint's last evaluation is older than its step (an interrupted
-        # run resumed with train.steps lowered to where it stopped): evaluate the final model now
-        state.last_valid, state.last_eval_step = evaluate("valid"), state.step
-    final = {f"valid_{k}": v for k, v in state.last_valid.items()}
+    final: dict[str, float] = {}
+    if status == "completed" and (state.last_eval_step != state.step or run.plan.reevaluate):
+        # no step ran, and the checkpoint's last evaluation is older than its step (a run stopped
+        # during evaluation, or resumed with train.steps lowered to where it stopped), or only the
+        # evaluation settings changed: evaluate the final model now
+        evaluated = evaluate("valid")
+        if evaluated is None:
+            status, stopping = "interrupted", stop["signal"] or "SIGTERM"
+        else:
+            state.last_valid, state.last_eval_step = evaluated, state.step
     if status == "completed":
-        final = {**evaluate("test"), **final}
+        log.info(f"final evaluation on the test split (step {state.step})")
+        t0 = time.perf_counter()
+        evaluated = evaluate("test")
+        if evaluated is None:
+            status, stopping = "interrupted", stop["signal"] or "SIGTERM"
+        else:
+            final = evaluated
+            log.info(f"final evaluation done in {time.perf_counter() - t0:.1f} s")
+    final = {**final, **{f"valid_{k}": v for k, v in state.last_valid.items()}}
 
     times = state.step_ms or ([first_ms] if first_ms is not None else [])
     timed_s = sum(state.step_ms) / 1e3
@@ -214,20 +255,35 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
         **_identity(cfg),
         "status": status,
         "steps": state.step,
-        "step_ms_median": statistics.median(times) if times else None,
-        "step_ms_mean": statistics.fmean(times) if times else None,
-        # the paper's unit: seconds per 1000 training steps
-        "s_per_1k_steps": statistics.fmean(times) if times else None,
+        **step_time_stats(times),
         per_s: state.units / timed_s if timed_s > 0 else None,
         "final": final,
         "best": state.best,
         "wall_s": round(time.perf_counter() - clock0, 3),
     }
+    if status == "completed" and state.step < total:
+        summary["stopped_by"] = "train.max_minutes"  # the only way a run completes early
     if status == "interrupted":
         summary["interrupted_by"] = stopping
     if status == "diverged":
         summary["diverged_at"] = state.step
     return summary
+
+
+def step_time_stats(times_ms: list[float]) -> dict[str, Any]:
+    """Step time: median, quartiles and mean. s_per_1k_steps (the paper's unit) is the median, so a
+    few slow steps (another job, a kernel build) do not move it, with a distribution-free 95%
+    interval: the order statistics n/2 -+ 1.96 sqrt(n)/2 of the sorted times."""
+    if not times_ms:
+        return {"step_ms_median": None, "step_ms_mean": None, "step_ms_q1": None, "step_ms_q3": None,
+                "s_per_1k_steps": None, "s_per_1k_steps_ci95": None}
+    t = np.sort(np.asarray(times_ms, dtype=np.float64))
+    n = len(t)
+    q1, median, q3 = (float(v) for v in np.percentile(t, [25, 50, 75]))
+    half = 1.96 * math.sqrt(n) / 2
+    lo, hi = t[max(0, math.floor(n / 2 - half))], t[min(n - 1, math.ceil(n / 2 + half) - 1)]
+    return {"step_ms_median": median, "step_ms_mean": float(t.mean()), "step_ms_q1": q1, "step_ms_q3": q3,
+            "s_per_1k_steps": median, "s_per_1k_steps_ci95": [float(lo), float(hi)]}
 
 
 def _signum(name: str | None) -> int:

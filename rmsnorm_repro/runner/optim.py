@@ -59,3 +59,19 @@ def beta1_switch(optimizer: torch.optim.Optimizer, optim: DictConfig, total_step
                 group["betas"] = (float(beta1), group["betas"][1])
 
     return apply
+
+
+def first_schedule_difference(optim: DictConfig, old_total: int, new_total: int, steps_done: int) -> int | None:
+    """The first step index <= steps_done whose lr or beta1 differs between a train.steps=old_total and
+    a train.steps=new_total run (None: they agree, so a run resumed at steps_done with the new total
+    trains exactly like a fresh run of it). Index steps_done counts: its lr is already in the
+    checkpointed optimizer."""
+    if old_total == new_total:
+        return None
+    old, new = lr_factor(optim.schedule, old_total), lr_factor(optim.schedule, new_total)
+    switches = optim.schedule.name == "linear_decay" and optim.schedule.beta1_after_decay is not None
+    start = float(optim.schedule.decay_start)
+    for s in range(steps_done + 1):
+        if old(s) != new(s) or (switches and (s >= int(start * old_total)) != (s >= int(start * new_total))):
+            return s
+    return None

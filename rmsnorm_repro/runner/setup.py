@@ -8,7 +8,9 @@ The training loop (loop.py) then reads `run` and `state` and nothing else.
 """
 from __future__ import annotations
 
+import fcntl
 import importlib
+import json
 import logging
 import platform
 from dataclasses import dataclass
@@ -23,9 +25,9 @@ from ..norms import Normalization, build_normalization
 from ..tasks import TASKS, Task, get_task_class
 from . import distributed
 from .checkpoint import TrainState, seed_everything
-from .config import ConfigError, check_config, check_data_root, config_differences, scrub
+from .config import RESUMABLE_CHANGES, ConfigError, check_config, check_data_root, config_differences, scrub
 from .logs import MetricsFile, WandbLogger, log, wandb_mode
-from .optim import beta1_switch, build_optimizer, build_schedule
+from .optim import beta1_switch, build_optimizer, build_schedule, first_schedule_difference
 
 
 @dataclass
@@ -37,8 +39,12 @@ class Plan:
     task_cls: type[Task]
     norms: Normalization
     config: dict[str, Any]  # resolved, secrets scrubbed: what config.yaml and wandb get
-    resume_from: Path | None
     device: torch.device
+    lock: RunDirLock | None  # held by rank 0 until the run ends
+    resume_from: Path | None = None
+    saved_config: dict[str, Any] | None = None  # the run directory's config.yaml, when it has one
+    finished: dict[str, Any] | None = None  # the summary of a run this command already finished
+    reevaluate: bool = False  # only evaluation settings changed: score the trained model again
 
 
 @dataclass
@@ -77,13 +83,23 @@ def prepare(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> Pl
     check_data_root(cfg)
     norms = normalization(cfg, cls)
     config = scrub(OmegaConf.to_container(cfg, resolve=True))
-    resume_from = guard_resume(run_dir, config)
     if cfg.logger.name == "wandb":
         wandb_mode(cfg.logger)  # a missing API key fails now, not after the model is built
+    world = distributed.requested_world()
     # refused before joining the group, so no rank waits for one that already gave up
-    if cls.ddp_unsupported and distributed.requested_world().distributed:
+    if cls.ddp_unsupported and world.distributed:
         raise ConfigError(f"task={cls.name} cannot train under DDP: {cls.ddp_unsupported}; run it in one process")
-    return Plan(cfg, run_dir, experiment, cls, norms, config, resume_from, resolve_device(cfg.device))
+    # one process per run directory (under DDP, rank 0 holds it for all): taken before the directory
+    # is read, so two commands can never both decide to start or resume it
+    lock = RunDirLock(run_dir) if world.main else None
+    plan = Plan(cfg, run_dir, experiment, cls, norms, config, resolve_device(cfg.device), lock)
+    try:
+        guard_resume(plan)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return plan
 
 
 def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
@@ -112,6 +128,7 @@ def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
         if state.step > total:
             raise ConfigError(f"{plan.resume_from} is at step {state.step} but train.steps={total}; "
                               f"raise train.steps or choose another hydra.run.dir")
+        check_schedule_continues(plan, state.step)
         log.info(f"resuming {plan.run_dir} from step {state.step}")
 
     # DDP's construction is a collective: past it, every rank has read the run dir, so rank 0 may write
@@ -160,21 +177,87 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def guard_resume(run_dir: Path, config: dict[str, Any]) -> Path | None:
-    """The checkpoint to resume from, or None for a fresh start; refuses to mix two configs."""
+def guard_resume(plan: Plan) -> None:
+    """Set what plan.run_dir holds: a checkpoint to resume from, a finished run, or nothing (a fresh
+    start); refuse to mix two configs in one directory."""
+    run_dir = plan.run_dir
     saved = run_dir / "config.yaml"
     last = run_dir / "checkpoints" / "last.pt"
     if not saved.exists():
         if last.exists():
             raise ConfigError(f"{run_dir} holds a checkpoint but no config.yaml, so a resume cannot be checked; "
                               f"remove {run_dir} or choose another hydra.run.dir")
-        return None
-    diffs = config_differences(OmegaConf.to_container(OmegaConf.load(saved)), config)
+        return
+    plan.saved_config = OmegaConf.to_container(OmegaConf.load(saved))
+    diffs = config_differences(plan.saved_config, plan.config)
     if diffs:
         shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
         raise ConfigError(f"{run_dir} holds a run with another config ({shown}); only train.steps and "
                           f"train.max_minutes may change on resume: choose another hydra.run.dir or remove {run_dir}")
-    return last if last.exists() else None
+    plan.resume_from = last if last.exists() else None
+    plan.reevaluate = bool(config_differences(plan.saved_config, plan.config, ignore=RESUMABLE_CHANGES))
+    summary = read_summary(run_dir / "summary.json")
+    same_budget = not config_differences(plan.saved_config, plan.config, ignore=("logger", "allocator"))
+    if summary.get("status") == "completed" and same_budget and plan.resume_from is not None:
+        plan.finished = summary
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """A run's summary.json, or {} when there is none or it cannot be read (the run then goes on)."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def check_schedule_continues(plan: Plan, steps_done: int) -> None:
+    """A run resumed with another train.steps must train like a fresh run of that length."""
+    old_total = int(plan.saved_config["train"]["steps"])
+    new_total = int(plan.cfg.train.steps)
+    differs_at = first_schedule_difference(plan.cfg.optim, old_total, new_total, steps_done)
+    if differs_at is not None:
+        run_dir = plan.run_dir
+        raise ConfigError(
+            f"{run_dir} holds {steps_done} steps of a train.steps={old_total} run; train.steps={new_total} changes its "
+            f"{plan.cfg.optim.schedule.name} schedule (lr or Adam's beta1) from step {differs_at + 1} on, so the "
+            f"resumed run would not equal a fresh one: keep train.steps={old_total}, or start over: remove {run_dir} "
+            f"or choose another hydra.run.dir")
+
+
+class RunDirLock:
+    """An exclusive flock on <run_dir>/.lock, released when the run ends or its process dies (even by
+    SIGKILL, so a killed run never leaves a stale lock)."""
+
+    def __init__(self, run_dir: Path):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / ".lock"
+        self.file = open(self.path, "a")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.close()
+            holder = _lock_holder(self.path)
+            raise ConfigError(f"another process{f' (pid {holder})' if holder else ''} is running in {run_dir}: "
+                              f"wait for it to end, or choose another hydra.run.dir") from None
+
+    def release(self) -> None:
+        if not self.file.closed:
+            fcntl.flock(self.file, fcntl.LOCK_UN)
+            self.file.close()
+
+
+def _lock_holder(path: Path) -> int | None:
+    """The pid holding a flock on path, from /proc/locks (Linux); None where that cannot be told."""
+    try:
+        inode = path.stat().st_ino
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+                return int(fields[4])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def write_config(run_dir: Path, config: dict[str, Any]) -> None:

@@ -10,8 +10,10 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-REPO = Path(__file__).resolve().parents[2]
-CONFIGS = REPO / "configs"
+from rmsnorm_repro.paths import configs_dir
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout under test: subprocesses run from here
+CONFIGS = configs_dir()  # also registers the resolvers train.yaml's hydra section uses
 SEARCHPATH = f"hydra.searchpath=[file://{Path(__file__).resolve().parent / 'configs'}]"
 
 

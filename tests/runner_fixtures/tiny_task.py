@@ -2,9 +2,13 @@
 
 The problem (blob centres, valid/test sets) is fixed; the seed changes the init and the batches.
 `task.sleep_ms` slows each batch so a test can kill a run mid-way; `task.crash_at` raises at a step.
+A test that sets SIGTERM_IN_EVAL to a split gets, once, an evaluation of that split that sends the
+run SIGTERM and then takes 20 s unless it stops between batches (as real evaluations do).
 """
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import torch
@@ -13,6 +17,9 @@ from torch import nn
 
 from rmsnorm_repro.norms import NORM_NAMES
 from rmsnorm_repro.tasks.base import Task
+
+
+SIGTERM_IN_EVAL: str | None = None
 
 
 class TinyTask(Task):
@@ -57,6 +64,13 @@ class TinyTask(Task):
         return F.cross_entropy(model(x), y), len(y)
 
     def evaluate(self, model, split):
+        global SIGTERM_IN_EVAL
+        if SIGTERM_IN_EVAL == split:
+            SIGTERM_IN_EVAL = None
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):
+                self.check_stop()
+                time.sleep(0.2)
         x, y = self.splits[split]
         logits = model(x)
         error = (logits.argmax(-1) != y).float().mean().item()

@@ -1,6 +1,7 @@
-"""Fast paths behind `functional.rms_norm(..., impl=...)`; the math is the reference's, exactly.
+"""The one dispatch behind norm.impl (RMSNorm, its conv-map rows, functional.rms_norm); the math
+is the reference's, exactly.
 
-    impl=reference  the formulas in functional.py, op by op (torch autograd)
+    impl=reference  the formulas in formulas.py, op by op (torch autograd)
     impl=fused      C++ kernel on CPU (cpu.py + rmsnorm_cpu.cpp), Triton kernel on CUDA
                     (triton_rmsnorm.py); both fuse the forward and have an exact fused backward
     impl=compile    torch.compile of the reference function
@@ -20,7 +21,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from .. import functional
+from .. import formulas
 from . import cpu
 
 IMPLS = ("auto", "reference", "fused", "compile")
@@ -71,34 +72,32 @@ def _triton():
 @lru_cache(maxsize=None)
 def _compiled():
     # default dynamic=None: after a second shape (translation batches vary) one dynamic graph, not one per shape
-    return torch.compile(functional.rms_norm)
+    return torch.compile(formulas.rms_norm)
 
 
-@lru_cache(maxsize=None)
-def _checked_k(dim: int, p: float, eps: float) -> int:
-    """partial_k after the argument checks, cached: this runs on every call of a hot path."""
-    functional.check_norm_args(dim, p, eps)
-    return functional.partial_k(dim, p)
-
-
-def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, p: float, eps: float,
+def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float,
              eps_inside: bool, impl: str) -> Tensor:
-    """functional.rms_norm through implementation `impl` (see the module docstring)."""
-    if torch.compiler.is_compiling():  # inside a torch.compile'd model: let it fuse the reference formulas
-        return functional.rms_norm(x, weight, bias, p, eps, eps_inside)
+    """formulas.rms_norm through implementation `impl` (see the module docstring).
+
+    k and eps are the caller's checked values (formulas.partial_k): nothing is checked per call here.
+    """
+    # reference: nothing to select or record. Inside a torch.compile'd model every impl traces the
+    # formulas, so the compiler can fuse them with their neighbours.
+    if impl == "reference" or torch.compiler.is_compiling():
+        return formulas.rms_norm(x, weight, bias, k, eps, eps_inside)
     name = resolve(impl, "cpu" if x.is_cpu else x.device.type)  # is_cpu: no device object per call
     # Mixed dtypes (e.g. bf16 activations with fp32 gains under autocast) take the reference,
     # which promotes like torch does.
     same_dtype = (weight is None or weight.dtype == x.dtype) and (bias is None or bias.dtype == x.dtype)
     if name == "fused-cpu" and same_dtype and x.dtype in _CPU_DTYPES:
-        y = cpu.load().rms_norm(x, weight, bias, _checked_k(x.shape[-1], p, eps), eps, eps_inside)
+        y = cpu.load().rms_norm(x, weight, bias, k, eps, eps_inside)
     elif name == "triton" and same_dtype and _triton().supports(x):
-        y = _triton().rms_norm(x, weight, bias, _checked_k(x.shape[-1], p, eps), float(eps), bool(eps_inside))
+        y = _triton().rms_norm(x, weight, bias, k, float(eps), bool(eps_inside))
     elif name == "compile":
-        y = _compiled()(x, weight, bias, p, eps, eps_inside)
+        y = _compiled()(x, weight, bias, k, eps, eps_inside)
     else:
         name = "reference"
-        y = functional.rms_norm(x, weight, bias, p, eps, eps_inside)
+        y = formulas.rms_norm(x, weight, bias, k, eps, eps_inside)
     if name not in _used.get(impl, ()):
         _record(impl, name)
     return y

@@ -21,9 +21,8 @@ from typing import Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils import parametrize
 
-from ...norms import Normalization
+from ...norms import Normalization, init_weight_
 
 
 class ConvPoolCNNC(nn.Module):
@@ -68,20 +67,11 @@ class ConvPoolCNNC(nn.Module):
                 nn.init.kaiming_normal_(w, nonlinearity="linear")
             else:
                 nn.init.kaiming_normal_(w, a=self.slope, nonlinearity="leaky_relu")
-            with torch.no_grad():
-                _set_weight(layer, w)
-                if layer.bias is not None:
-                    layer.bias.zero_()
+            init_weight_(layer, w)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.training and self.input_noise > 0:
             x = x + self.input_noise * torch.randn_like(x)
         return self.classifier(self.features(x).mean((2, 3)))
-
-
-def _set_weight(layer: nn.Module, w: Tensor) -> None:
-    if parametrize.is_parametrized(layer, "weight"):
-        layer.weight = w  # through the parametrization (WeightNorm: g = ||w||, v = w)
-    else:
-        layer.weight.copy_(w)
-

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ...nn.lstm import NormLSTM
-from ...norms import Normalization
+from ...norms import Normalization, init_weight_
 
 
 class AttentiveReader(nn.Module):
@@ -46,7 +46,7 @@ class AttentiveReader(nn.Module):
             nn.init.xavier_uniform_(self.embed.weight)
             self.embed.weight[0].zero_()
             for layer in (self.att_doc, self.att_query, self.att_score, self.out_doc, self.out_query, self.logits):
-                nn.init.xavier_uniform_(layer.weight)
+                init_weight_(layer, nn.init.xavier_uniform_(torch.empty_like(layer.weight)))
                 if layer.bias is not None:
                     layer.bias.zero_()
 

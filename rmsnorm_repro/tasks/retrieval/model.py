@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...nn.gru import NormGRU
-from ...norms import Normalization
+from ...norms import Normalization, init_weight_
 
 
 class OrderEmbedding(nn.Module):
@@ -26,7 +26,7 @@ class OrderEmbedding(nn.Module):
         with torch.no_grad():
             nn.init.normal_(self.embed.weight, 0.0, 0.01)
             self.embed.weight[0].zero_()
-            nn.init.xavier_uniform_(self.image_proj.weight)
+            init_weight_(self.image_proj, nn.init.xavier_uniform_(torch.empty_like(self.image_proj.weight)))
             self.image_proj.bias.zero_()
 
     def encode_captions(self, tokens: Tensor, mask: Tensor) -> Tensor:

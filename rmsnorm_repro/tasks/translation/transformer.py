@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from ...norms import Normalization
+from ...norms import Normalization, init_weight_
 
 
 def sinusoids(positions: Tensor, dim: int) -> Tensor:
@@ -117,8 +117,7 @@ class Transformer(nn.Module):
         weight matrix is shifted by `center` (the paper's Figure 4 uses 0.2). Norm gains keep 1."""
         for m in self.modules():
             if isinstance(m, nn.Linear):
-                nn.init.xavier_uniform_(m.weight)
-                m.weight.data.add_(center)
+                init_weight_(m, nn.init.xavier_uniform_(torch.empty_like(m.weight)) + center)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
             elif isinstance(m, nn.Embedding):
