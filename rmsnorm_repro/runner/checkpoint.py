@@ -33,6 +33,7 @@ class TrainState:
     best: dict[str, float] = field(default_factory=dict)  # the best validation metrics and their step
     last_valid: dict[str, float] = field(default_factory=dict)
     last_eval_step: int = 0
+    evals_since_best: int = 0  # for early stopping
 
     def save(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
              scheduler: Any, rng_ranks: list[dict[str, Any]]) -> None:
@@ -56,7 +57,7 @@ class TrainState:
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         set_rng_state(saved["rng"] if world.main else _rank_rng(saved, world, seed))
-        state = cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls)})
+        state = cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls) if f.name in saved})
         state.step_ms = saved["step_ms"].tolist()
         return state
 

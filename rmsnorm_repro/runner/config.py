@@ -71,6 +71,10 @@ def check_config(cfg: DictConfig) -> None:
     for key in ("train.eval_every", "train.log_every", "train.checkpoint_every"):
         _int(cfg, key, 1)
     _number(cfg, "train.max_minutes", 0.0, optional=True, low_open=True)
+    if _get(cfg, "train.select_mode") not in (None, "min", "max"):
+        raise ConfigError(f"train.select_mode must be min, max or null, got {_get(cfg, 'train.select_mode')!r}")
+    if _get(cfg, "train.early_stop_patience") is not None:
+        _int(cfg, "train.early_stop_patience", 1)
     _number(cfg, "norm.p", 0.0, 1.0, low_open=True)
     if _get(cfg, "norm.eps") is not None:
         _number(cfg, "norm.eps", 0.0)

@@ -26,7 +26,7 @@ from .. import allocator
 from ..tasks.base import EvaluationInterrupted
 from . import checkpoint, distributed
 from .checkpoint import TrainState
-from .config import scrub
+from .config import ConfigError, scrub
 from .logs import Progress, log, write_json
 from .setup import Run, build, environment, prepare
 from .step import train_step
@@ -128,16 +128,20 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
     cfg, task, world, device = run.cfg, run.task, run.world, run.device
     total = int(cfg.train.steps)
     budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else math.inf
+    select = selection(cfg, task)  # (metric, mode) that picks best.pt; None: test the last weights
+    best_name, best_mode = select or task.best_metric
+    patience = cfg.train.get("early_stop_patience")
     per_s = f"{task.unit}_per_s"
-    best_name, best_mode = task.best_metric
     # token shards differ in size: weigh each rank's mean so DDP's average is the global mean
     loss_weight = ((lambda n: distributed.token_weight(n, device, world))
                    if world.distributed and task.unit == "tokens" else None)
     clock0 = time.perf_counter() - state.wall_s  # wall_s continues across resumes
     start = state.step
-    # a run whose budget was spent is finished: its rerun trains no further step
-    end = start if state.wall_s >= budget_s else total
+    # a run whose budget was spent, or that stopped early, is finished: its rerun trains no further step
+    early_stopped_before = bool(patience) and state.evals_since_best >= patience
+    end = start if state.wall_s >= budget_s or early_stopped_before else total
     status, first_ms, stopping = "completed", None, None
+    stopped_by = ("early_stopping" if early_stopped_before else "train.max_minutes") if end < total else None
     interval_units, interval_ms = 0, 0.0
 
     def evaluate(split: str) -> dict[str, float] | None:
@@ -157,6 +161,11 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
             log.warning(f"{stop['signal'] or 'a signal'} received during the {split} evaluation: stopped it")
             return None
         return out
+
+    def save_best(step: int, valid: dict[str, float]) -> None:
+        if world.main:
+            checkpoint.save(run.run_dir / "checkpoints" / "best.pt",
+                            {"model": run.raw_model.state_dict(), "step": step, "valid": valid})
 
     def save_checkpoint() -> None:
         rng = distributed.gather(checkpoint.rng_state(), world)  # every rank's dropout stream, on rank 0
@@ -191,6 +200,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                 run.wandb.log({"loss": loss_value, "step_ms": ms, "lr": lr}, step=done)
             diverged = not math.isfinite(loss_value)
             last = done == total or out_of_time or stopping is not None
+            early_stopped = False
 
             valid = {}
             if not diverged and stopping is None and (done % cfg.train.eval_every == 0 or last):
@@ -200,8 +210,17 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                 else:
                     valid = evaluated
                     state.last_valid, state.last_eval_step = valid, done
-                    if best_name in valid and (not state.best or _better(valid[best_name], state.best[best_name], best_mode)):
-                        state.best = {**valid, "step": done}
+                    if world.main and best_name not in valid:
+                        raise ConfigError(f"train.select_metric={best_name} is not a validation metric of "
+                                          f"task={task.name}; choose one of: {', '.join(valid)} (or last)")
+                    if world.main and (not state.best or _better(valid[best_name], state.best[best_name], best_mode)):
+                        state.best, state.evals_since_best = {**valid, "step": done}, 0
+                        if select is not None:
+                            save_best(done, valid)
+                    else:
+                        state.evals_since_best += 1
+                    if distributed.any_rank(bool(patience) and state.evals_since_best >= patience, device, world):
+                        early_stopped = True
             if run.metrics is not None and (done % cfg.train.log_every == 0 or valid or last or diverged):
                 record = {"step": done, "wall_s": round(time.perf_counter() - clock0, 3), "loss": loss_value,
                           "step_ms": round(ms, 3), "lr": lr, per_s: round(interval_units / (interval_ms / 1e3), 2)}
@@ -216,7 +235,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                 status = "diverged"  # no checkpoint: the last one holds the last finite state
                 log.warning(f"loss is {loss_value} at step {done}: run diverged, stopping")
                 break
-            if done % cfg.train.checkpoint_every == 0 or last or stopping is not None:
+            if done % cfg.train.checkpoint_every == 0 or last or stopping is not None or early_stopped:
                 save_checkpoint()
             if stopping is not None:
                 status = "interrupted"
@@ -224,6 +243,10 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                 break
             if out_of_time:
                 log.info(f"train.max_minutes={cfg.train.max_minutes} spent after {done} steps: stopping")
+                break
+            if early_stopped:
+                stopped_by = "early_stopping"
+                log.info(f"no better valid {best_name} in {patience} evaluations: stopping early at step {done}")
                 break
     finally:
         progress.close()
@@ -238,8 +261,16 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
             status, stopping = "interrupted", stop["signal"] or "SIGTERM"
         else:
             state.last_valid, state.last_eval_step = evaluated, state.step
+    selected_step, selected_valid = state.step, state.last_valid
+    best_pt = run.run_dir / "checkpoints" / "best.pt"
+    if status == "completed" and select is not None and state.best and world.main:
+        if state.best["step"] != state.step and best_pt.exists():
+            run.raw_model.load_state_dict(checkpoint.load(best_pt)["model"])  # last.pt keeps the last weights
+        if state.best["step"] == state.step or best_pt.exists():
+            selected_step = state.best["step"]
+            selected_valid = {k: v for k, v in state.best.items() if k != "step"}
     if status == "completed":
-        log.info(f"final evaluation on the test split (step {state.step})")
+        log.info(f"final evaluation on the test split (weights of step {selected_step})")
         t0 = time.perf_counter()
         evaluated = evaluate("test")
         if evaluated is None:
@@ -247,7 +278,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
         else:
             final = evaluated
             log.info(f"final evaluation done in {time.perf_counter() - t0:.1f} s")
-    final = {**final, **{f"valid_{k}": v for k, v in state.last_valid.items()}}
+    final = {**final, **{f"valid_{k}": v for k, v in selected_valid.items()}}
 
     times = state.step_ms or ([first_ms] if first_ms is not None else [])
     timed_s = sum(state.step_ms) / 1e3
@@ -258,11 +289,13 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
         **step_time_stats(times),
         per_s: state.units / timed_s if timed_s > 0 else None,
         "final": final,
+        "selected_step": selected_step if status == "completed" else None,
+        "selection": f"best valid {best_name} ({best_mode})" if select is not None else "last",
         "best": state.best,
         "wall_s": round(time.perf_counter() - clock0, 3),
     }
     if status == "completed" and state.step < total:
-        summary["stopped_by"] = "train.max_minutes"  # the only way a run completes early
+        summary["stopped_by"] = stopped_by or "train.max_minutes"
     if status == "interrupted":
         summary["interrupted_by"] = stopping
     if status == "diverged":
@@ -288,6 +321,18 @@ def step_time_stats(times_ms: list[float]) -> dict[str, Any]:
 
 def _signum(name: str | None) -> int:
     return signal.Signals[name].value if name else 0
+
+
+def selection(cfg: DictConfig, task) -> tuple[str, str] | None:
+    """(metric, mode) whose best validation value picks the tested weights; None: the last weights."""
+    metric, mode = cfg.train.get("select_metric"), cfg.train.get("select_mode")
+    if metric == "last":
+        return None
+    if metric is None:
+        metric, default_mode = task.best_metric
+    else:
+        default_mode = "min" if metric in ("loss", "error") or metric.endswith(("_loss", "_error", "medr", "meanr")) else "max"
+    return str(metric), mode or default_mode
 
 
 def _better(value: float, best: float, mode: str) -> bool:
