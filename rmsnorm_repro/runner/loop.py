@@ -16,7 +16,7 @@ import statistics
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from .checkpoint import TrainState
 from .config import ConfigError, scrub
 from .logs import Progress, log, write_json
 from .setup import Run, build, environment, prepare
+from .signals import stop_requests
 from .step import train_step
 
 # keys the runner writes on every metrics line; eval metrics with these names get a "valid_" prefix
@@ -88,28 +89,6 @@ def train_and_summarize(run: Run, state: TrainState) -> dict[str, Any]:
             run.metrics.close()
         if run.wandb is not None:
             run.wandb.finish(exit_code=0 if summary.get("status") in ("completed", "diverged", "interrupted") else 1)
-
-
-@contextlib.contextmanager
-def stop_requests() -> Iterator[dict[str, Any]]:
-    """SIGINT/SIGTERM ask the loop to checkpoint and stop after the current step; a second one kills."""
-    flag: dict[str, Any] = {"signal": None}
-    previous = {}
-
-    def handler(signum, frame):
-        flag["signal"] = signal.Signals(signum).name
-        signal.signal(signum, previous[signum])
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except ValueError:  # not the main thread (e.g. some launchers): no graceful stop there
-            pass
-    try:
-        yield flag
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def _identity(cfg: DictConfig) -> dict[str, Any]:
