@@ -8,7 +8,6 @@ Python types go in, so `torch.load(weights_only=True)` reads it back: loading ne
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..atomic import atomic_path
 from .config import ConfigError
 
 if TYPE_CHECKING:
@@ -103,10 +103,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save(path: Path, state: dict[str, Any]) -> None:
     """Write atomically: a kill mid-write leaves the previous checkpoint intact."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
 
 
 def load(path: Path) -> dict[str, Any]:

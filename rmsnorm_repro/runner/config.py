@@ -14,9 +14,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from .. import allocator
+from ..atomic import atomic_write_text
 
 SCHEDULES = ("constant", "inverse_sqrt", "linear_decay")
 OPTIMIZERS = ("adam", "adamw")
+# optim.clip_mode: how optim.clip is applied (runner/step.py clip_gradients)
+CLIP_MODES = ("global", "per_tensor", "global_sqrt")
 # keys that may change between a run and its resume (the step budget) or that do not touch the
 # numbers (where the logs go)
 RESUMABLE_CHANGES = ("train.steps", "train.max_minutes", "logger", "allocator")  # allocator: speed only
@@ -84,6 +87,9 @@ def check_config(cfg: DictConfig) -> None:
     _number(cfg, "optim.eps", 0.0)
     _number(cfg, "optim.weight_decay", 0.0)
     _number(cfg, "optim.clip", 0.0, optional=True, low_open=True)
+    if _get(cfg, "optim.clip_mode") not in (None, *CLIP_MODES):  # None: global
+        raise ConfigError(f"optim.clip_mode={_get(cfg, 'optim.clip_mode')!r} is unknown; "
+                          f"choose one of: {', '.join(CLIP_MODES)}")
     betas = _get(cfg, "optim.betas")
     if betas is None or len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {betas!r}")
@@ -172,6 +178,4 @@ def scrub_yaml_file(path: Path) -> None:
     tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     clean = scrub(tree)
     if clean != tree:  # parallel jobs of a sweep may share the file: write only when needed, atomically
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        OmegaConf.save(OmegaConf.create(clean), tmp)
-        os.replace(tmp, path)
+        atomic_write_text(path, OmegaConf.to_yaml(OmegaConf.create(clean)))

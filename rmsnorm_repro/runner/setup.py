@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .. import allocator
+from ..atomic import atomic_write_text
 from ..norms import Normalization, build_normalization
 from ..tasks import TASKS, Task, get_task_class
 from . import distributed
@@ -261,9 +262,7 @@ def _lock_holder(path: Path) -> int | None:
 
 
 def write_config(run_dir: Path, config: dict[str, Any]) -> None:
-    tmp = run_dir / "config.yaml.tmp"
-    OmegaConf.save(OmegaConf.create(config), tmp)
-    tmp.replace(run_dir / "config.yaml")
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
 
 
 def environment(run: Run) -> dict[str, Any]:
