@@ -6,12 +6,12 @@ SCALE ?= mini
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test demo table1 speed data-wmt14 data-cifar10 data-multi30k
+.PHONY: install test demo table1 speed notebook data-wmt14 data-cifar10 data-multi30k
 
 install: $(VENV)/.installed
 
-# Reinstalls when pyproject.toml changes; otherwise a no-op (idempotent).
-$(VENV)/.installed: pyproject.toml
+# Reinstalls when pyproject.toml or setup.py changes; otherwise a no-op (idempotent).
+$(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install -e ".[dev]"
@@ -21,16 +21,20 @@ test: install
 	$(PY) -m pytest
 
 # The offline mini reproduction of every table and figure: results/mini/REPORT.md (~20 min, 2 cores).
+# Refreshes the committed report and figures under results/mini/.
 demo: install
-	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.report.demo
+	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.report.demo --out results/mini
 
-# Table 1 is computed, not trained: results/tables/table1.md, exit 1 unless 30/30 cells match.
+# Table 1 is computed, not trained: refreshes the committed results/tables/table1.md, exit 1 unless
+# 30/30 cells match.
 table1: install
-	$(PY) -m rmsnorm_repro.report.table1
+	$(PY) -m rmsnorm_repro.report.table1 --out results/tables/table1.md
 
 # Paper tables and figures: `make table4 [SCALE=paper] [SEEDS=1,2] [LAUNCHER=joblib] [DATA=...] [ARGS="k=v ..."]`
-# runs the experiment preset's multirun (configs/experiment/<target>.yaml), then the report:
-# results/tables/<target>.md and its figures under results/figures/. Targets that read the same runs
+# runs the experiment preset's multirun (configs/experiment/<target>.yaml), then the report, which
+# writes (refreshes, for the committed pages) results/tables/<target>.md and its figures under
+# results/figures/; with ARGS containing logger=wandb the report also logs the table to wandb
+# (offline unless WANDB_MODE=online; `python -m rmsnorm_repro.report --help`). Targets that read the same runs
 # share one sweep directory, where the runner names each run after its swept values, so
 # `make table3` after `make table2` trains nothing new (finished runs only re-evaluate).
 SEEDS ?=
@@ -51,7 +55,8 @@ fig4: SWEEP = rnnsearch-fig4
 $(PAPER_TARGETS): install
 	$(PY) -m rmsnorm_repro.train -m experiment=$@ scale=$(SCALE) data=$(DATA) launcher=$(LAUNCHER) \
 		$(if $(SEEDS),seed=$(SEEDS)) hydra.sweep.dir=$(RUNS)/$(SWEEP)/$(DATA)-$(SCALE) $(ARGS)
-	$(PY) -m rmsnorm_repro.report $(RUNS)/$(SWEEP)/$(DATA)-$(SCALE) --table $@
+	$(PY) -m rmsnorm_repro.report $(RUNS)/$(SWEEP)/$(DATA)-$(SCALE) --table $@ \
+		--out results/tables --figures results/figures $(if $(findstring logger=wandb,$(ARGS)),--wandb)
 
 # Kernel and per-step speed tables (CPU, 1 thread) -> results/speed/*.md|json, each with the targets
 # it meets. "tuned": glibc malloc reuses freed memory (rmsnorm_repro.allocator, as in training), the
@@ -61,6 +66,15 @@ speed: install
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --kernels --allocator default
 	OMP_NUM_THREADS=2 $(PY) -m rmsnorm_repro.bench --kernels --allocator tuned --threads 2
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --steps --allocator tuned
+
+# notebooks/compare_runs.ipynb in JupyterLab (installed into .venv the first time: the `notebook` extra).
+# RMSNORM_RUNS_DIR=<dir> make notebook opens it on those runs.
+notebook: $(VENV)/.notebook
+	$(VENV)/bin/jupyter lab notebooks/compare_runs.ipynb
+
+$(VENV)/.notebook: $(VENV)/.installed
+	$(VENV)/bin/pip install -e ".[dev,notebook]"
+	touch $@
 
 # One-time downloads for real runs (need network); later runs read the local copies offline.
 data-wmt14: install

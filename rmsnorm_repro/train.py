@@ -11,6 +11,7 @@ result, not an error: exit code 0, so a sweep goes on. SIGINT/SIGTERM checkpoint
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -24,8 +25,10 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from .paths import configs_dir
 from .runner import ConfigError, run
 from .runner.config import scrub_yaml_file
+from .runner.signals import forward_to_workers
 
 
 class RunFailed(Exception):
@@ -33,8 +36,9 @@ class RunFailed(Exception):
 
 
 # An absolute path: Hydra resolves a relative one against the caller's module, which differs between
-# `python -m rmsnorm_repro.train` and the `rmsnorm-train` console script.
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# `python -m rmsnorm_repro.train` and the `rmsnorm-train` console script. The checkout's configs/, or
+# the copy an installed wheel ships (paths.py, which also registers the resolvers hydra.run.dir uses).
+CONFIGS = configs_dir()
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIGS), config_name="train")
@@ -49,9 +53,12 @@ def _job(cfg: DictConfig) -> None:
         scrub_yaml_file(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
     try:
         summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"))
-    except (ConfigError, OmegaConfBaseException) as e:  # bad input, or an interpolation that does not resolve
-        if os.environ.get("RMSNORM_FULL_ERROR") == "1":
+    except (ConfigError, OmegaConfBaseException, OSError) as e:  # bad input, an unresolved interpolation, a full disk
+        if os.environ.get("RMSNORM_FULL_ERROR") == "1" or isinstance(e, OSError) and e.errno != errno.ENOSPC:
             raise
+        if isinstance(e, OSError):
+            e = (f"no space left on the device while writing {e.filename or 'the run'}: free some space, "
+                 "then rerun the same command (it resumes from the last checkpoint)")
         print(f"error: {one_line(str(e))}", file=sys.stderr, flush=True)
         if hydra_cfg.mode == RunMode.RUN:
             raise SystemExit(2) from None  # past Hydra's own "Error executing job" report
@@ -89,6 +96,8 @@ def main() -> None:
         # torchrun starts one Hydra per rank, all with the same run dir (its name has no timestamp):
         # rank 0 alone writes Hydra's .hydra/ files and the job log; the other ranks log to the console
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
+    if {"-m", "--multirun"} & set(sys.argv):
+        forward_to_workers()  # a stopped sweep stops its worker processes too
     try:
         _job()
     except RunFailed:
@@ -98,6 +107,10 @@ def main() -> None:
             raise
         print(f"error: {one_line(str(e))}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except KeyboardInterrupt:  # a second Ctrl-C: the first one's checkpoint was not awaited
+        print("error: interrupted again: stopped at once; the last checkpoint is kept (rerun the same "
+              "command to resume from it)", file=sys.stderr, flush=True)
+        sys.exit(128 + signal.SIGINT)
 
 
 if __name__ == "__main__":

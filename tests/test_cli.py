@@ -34,7 +34,7 @@ def test_a_hydra_composition_error_is_one_line_on_stderr_and_exit_2(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["task=tiny", "norm=prmsnorm", "norm.p=1.5"], "error: norm.p must be a number in (0, 1], got 1.5"),
+    (["task=tiny", "norm=prmsnorm", "norm.p=1.5"], "error: norm.p must be a finite number in (0, 1], got 1.5"),
     (["task=tiny", "task.class_path=runner_fixtures.tiny_task:TinyStrictTask", "data=tinyreal", "paths.data_dir=/nonexistent"],
      "error: data.root=/nonexistent/tinyreal does not exist: put the tinyreal files there or point data.root at them"),
     (["task=tiny", "data=nosuch"], "error: Could not find 'data/nosuch'; Available options in 'data': "),
@@ -74,7 +74,9 @@ def test_sigkill_sigterm_and_resume_end_like_an_uninterrupted_run(tmp_path):
     reference = run(tiny(tmp_path / "ref", *overrides), tmp_path / "ref" / "run")
 
     args = cli_args(*overrides, "task.sleep_ms=20", f"paths.runs_dir={tmp_path}")
-    run_dir = tmp_path / "tiny" / "synthetic-mini" / "rmsnorm-p1.0-s1"
+    # named after its overrides (train.steps aside: the step budget may change on resume)
+    run_dir = (tmp_path / "tiny" / "synthetic-mini" /
+               "rmsnorm-p1.0-s1,task.sleep_ms=20,train.checkpoint_every=10,train.eval_every=20,train.log_every=1")
     ckpt = run_dir / "checkpoints" / "last.pt"
 
     # 1. SIGKILL after the first checkpoint, with logged steps past it
@@ -141,7 +143,7 @@ def test_wandb_offline_run_keeps_secrets_out_of_every_file(tmp_path, monkeypatch
     finally:
         GlobalHydra.instance().clear()
         wandb.teardown()
-    run_dir = tmp_path / "tiny" / "synthetic-mini" / "rmsnorm-p1.0-s1"
+    run_dir = tmp_path / "tiny" / "synthetic-mini" / "rmsnorm-p1.0-s1"  # secret overrides never name a directory
     assert read_summary(run_dir)["status"] == "completed"
     assert list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     files = [p for p in tmp_path.rglob("*") if p.is_file()]

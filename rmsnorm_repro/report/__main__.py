@@ -1,29 +1,42 @@
 """python -m rmsnorm_repro.report <runs dir> --table table4 (console script: rmsnorm-report).
 
-Reads every run under the directory (summary.json, config.yaml, metrics.jsonl), writes
-results/tables/<table>.md with the paper's numbers beside ours and the table's figures under
-results/figures/, and prints the page. `--table all` renders every page the runs have data for.
+Reads every run under the directory (summary.json, config.yaml, metrics.jsonl), writes <table>.md
+with the paper's numbers beside ours and the table's figures, and prints the page. The pages go
+beside the runs they read (<runs dir>/report/, figures in <runs dir>/report/figures/) unless --out
+and --figures say where; the Makefile's table targets write results/tables/ and results/figures/.
+`--table all` renders every page the runs have data for; `--wandb` also logs each page's tables
+(ours beside the paper's) and figures to a wandb run of job type "report" (offline by default).
 """
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
 
 from . import figures as figs
 from .aggregate import load_runs
-from .tables import PAGES, REPO, render_page, write_atomic
+from .tables import PAGES, render_page, write_atomic
 
 
-def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir: Path) -> dict[str, Path]:
-    """Write the pages `names` (and their figures); returns page name -> Markdown path."""
-    runs = load_runs(runs_dir)
-    if not runs:
+def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir: Path,
+          drawn: dict[str, Path | None] | None = None) -> dict[str, Path]:
+    """Write the pages `names` (and their figures); returns page name -> Markdown path.
+
+    `drawn`, when given, receives figure name -> PNG path (None: no data for it)."""
+    found = load_runs(runs_dir)
+    if not found:
         raise ValueError(f"no runs (summary.json files) under {runs_dir}: run the sweep first, e.g. make table2")
+    runs = figs.unique_runs(found)  # the same seed of the same settings trained twice counts once
+    if len(runs) < len(found):
+        print(f"rmsnorm-report: {len(found) - len(runs)} duplicate run(s) of a seed left out: "
+              f"{', '.join(str(r.path) for r in found if r not in runs)}", file=sys.stderr)
     if names == ["all"]:
         tasks = {run.task for run in runs}
         names = [name for name, page in PAGES.items() if page.task in tasks]
-    written, drawn = {}, {}
+    written = {}
+    drawn = {} if drawn is None else drawn
     for name in names:
         if name not in PAGES:
             raise ValueError(f"unknown table {name!r}; choose one of: all, {', '.join(PAGES)}")
@@ -37,22 +50,82 @@ def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir:
     return written
 
 
+# wandb ------------------------------------------------------------------------------------------
+def markdown_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every pipe table of a Markdown page as (header, rows); cells as written ("22.4", "21.0 ± 0.3")."""
+    def cells(line: str) -> list[str]:
+        parts = re.split(r"(?<!\\)\|", line.strip()[1:-1])
+        return [p.strip().replace("\\|", "|") for p in parts]
+
+    tables, block = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.strip().startswith("|") and line.strip().endswith("|"):
+            block.append(line)
+            continue
+        if len(block) >= 2 and re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", block[1].strip()):
+            header, rows = cells(block[0]), [cells(b) for b in block[2:]]
+            tables.append((header, [r + [""] * (len(header) - len(r)) for r in rows]))
+        block = []
+    return tables
+
+
+def log_to_wandb(written: dict[str, Path], drawn: dict[str, Path | None], runs_dir: str | Path, *, project: str,
+                 entity: str | None, mode: str | None, out: Path) -> str:
+    """One wandb run (job_type "report") holding each page's tables and figures; returns its directory."""
+    from omegaconf import OmegaConf
+
+    from ..runner.logs import wandb_mode  # checks an online mode's key and reachability first
+
+    mode = wandb_mode(OmegaConf.create({"mode": mode}))
+    import wandb
+
+    names = list(written)
+    out.mkdir(parents=True, exist_ok=True)
+    run = wandb.init(project=project, entity=entity, mode=mode, dir=str(out), job_type="report",
+                     group=names[0] if len(names) == 1 else None, name=f"report-{'+'.join(names)}",
+                     tags=["report", *names], config={"runs_dir": str(runs_dir), "tables": names})
+    try:
+        record = {}
+        for name, path in written.items():
+            for i, (header, rows) in enumerate(markdown_tables(path.read_text())):
+                record[f"{name}/table" + (f"_{i + 1}" if i else "")] = wandb.Table(columns=header, data=rows)
+            run.summary[f"{name}/markdown"] = str(path)
+        record.update({f"figures/{figure}": wandb.Image(str(png)) for figure, png in drawn.items() if png is not None})
+        run.log(record)
+    finally:
+        run.finish()
+    files = getattr(run, "dir", None)  # <out>/wandb/<offline-run-...>/files
+    return str(Path(files).parent) if files else str(out / "wandb")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rmsnorm-report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs_dir", help="a directory of runs, searched recursively for summary.json")
+    parser.add_argument("runs_dir", type=Path, help="a directory of runs, searched recursively for summary.json")
     parser.add_argument("--table", action="append", required=True,
                         help=f"page to write (repeatable): all, {', '.join(PAGES)}")
-    parser.add_argument("--out", type=Path, default=REPO / "results" / "tables", help="where <table>.md goes")
-    parser.add_argument("--figures", type=Path, default=REPO / "results" / "figures", help="where PNGs go")
+    parser.add_argument("--out", type=Path, default=None, help="where <table>.md goes (default: <runs_dir>/report)")
+    parser.add_argument("--figures", type=Path, default=None, help="where PNGs go (default: <out>/figures)")
+    parser.add_argument("--wandb", action="store_true",
+                        help="also log the tables and figures to wandb (offline unless --wandb-mode/WANDB_MODE say online)")
+    parser.add_argument("--wandb-mode", default=None, help="online | offline | disabled (default: $WANDB_MODE, else offline)")
+    parser.add_argument("--wandb-project", default=os.environ.get("WANDB_PROJECT", "rmsnorm-repro"))
+    parser.add_argument("--wandb-entity", default=os.environ.get("WANDB_ENTITY"))
     args = parser.parse_args(argv)
+    out = args.out if args.out is not None else args.runs_dir / "report"
+    figures_dir = args.figures if args.figures is not None else out / "figures"
+    drawn: dict[str, Path | None] = {}
     try:
-        written = build(args.runs_dir, args.table, args.out, args.figures)
-    except (ValueError, FileNotFoundError) as err:
+        written = build(args.runs_dir, args.table, out, figures_dir, drawn)
+        for name, path in written.items():
+            print(path.read_text())
+            print(f"wrote {path}", file=sys.stderr)
+        if args.wandb:
+            where = log_to_wandb(written, drawn, args.runs_dir, project=args.wandb_project, entity=args.wandb_entity,
+                                 mode=args.wandb_mode, out=out)
+            print(f"logged {', '.join(written)} to wandb ({where})", file=sys.stderr)
+    except (ValueError, FileNotFoundError) as err:  # ConfigError (a wandb key or network problem) is a ValueError
         print(f"rmsnorm-report: {err}", file=sys.stderr)
         return 2
-    for name, path in written.items():
-        print(path.read_text())
-        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

@@ -11,6 +11,7 @@ claims whether it holds at this scale (report/claims.py), with the numbers.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -19,11 +20,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..paths import repo_dir
 from . import figures as figs
 from . import table1
 from .aggregate import Run, describe_env, load_runs
 from .claims import all_claims
-from .tables import PAGES, REPO, render_page, write_atomic
+from .tables import PAGES, render_page, write_atomic
+
+ROOT = repo_dir() or Path.cwd()  # the checkout (results/mini is committed there), else where it is run
 
 
 @dataclass(frozen=True)
@@ -65,13 +69,38 @@ def run_sweep(sweep: Sweep, runs_root: Path, logs: Path, jobs: int, max_minutes:
     with open(logs / f"{sweep.name}.log", "w") as log:
         log.write(" ".join(command) + "\n")
         log.flush()
-        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     return code, time.perf_counter() - start
 
 
 def _runs(runs_root: Path, sweep: str) -> list[Run]:
     path = runs_root / sweep
-    return load_runs(path) if path.is_dir() else []
+    return figs.unique_runs(load_runs(path)) if path.is_dir() else []
+
+
+def _timings_file(out: Path) -> Path:
+    return out / "runs" / "logs" / "timings.json"
+
+
+def load_timings(out: Path) -> dict[str, tuple[int, float]]:
+    """Each sweep's (exit code, seconds) from its last training, so --report-only keeps the table."""
+    try:
+        return {k: (int(v[0]), float(v[1])) for k, v in json.loads(_timings_file(out).read_text()).items()}
+    except (OSError, ValueError, TypeError, IndexError):
+        return {}
+
+
+def save_timings(out: Path, timings: dict[str, tuple[int, float]]) -> None:
+    path = _timings_file(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps({k: [code, round(seconds, 1)] for k, (code, seconds) in timings.items()}, indent=1) + "\n")
+
+
+def _finished(runs: list[Run]) -> str:
+    """When the newest of the runs finished (its summary.json), so rewriting the report from the
+    same runs writes the same text."""
+    times = [(r.path / "summary.json").stat().st_mtime for r in runs if (r.path / "summary.json").exists()]
+    return f"{datetime.fromtimestamp(max(times), timezone.utc):%Y-%m-%d %H:%M} UTC" if times else "never"
 
 
 def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
@@ -80,8 +109,8 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
     runs = {sweep.name: _runs(runs_root, sweep.name) for sweep in SWEEPS}
     everything = [run for group in runs.values() for run in group]
     lines = ["# Root Mean Square Layer Normalization: the mini reproduction", "",
-             f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} by `make demo` "
-             f"(`python -m rmsnorm_repro.report.demo`) from {len(everything)} runs under `{runs_root.relative_to(out)}/`.  ",
+             f"Written by `make demo` (`python -m rmsnorm_repro.report.demo`) from {len(everything)} runs under "
+             f"`{runs_root.relative_to(out)}/`, the last finished {_finished(everything)}.  ",
              f"Machine: {describe_env(everything)}.", "",
              "Everything here is scale=mini: models a few hundred times smaller than the paper's, trained for a few "
              "hundred steps on generated (synthetic) data, on CPU. Absolute numbers are not comparable with the "
@@ -122,7 +151,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rmsnorm_repro.report.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "results" / "mini", help="runs, figures and REPORT.md go here")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "mini", help="runs, figures and REPORT.md go here")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (one core each)")
     parser.add_argument("--max-minutes", type=float, default=3.0, help="wall-clock cap per run (train.max_minutes)")
     parser.add_argument("--report-only", action="store_true", help="skip training; rewrite the report from the runs")
@@ -133,19 +162,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: unknown sweep(s) {', '.join(sorted(unknown))}; choose from {', '.join(s.name for s in SWEEPS)}",
               file=sys.stderr)
         return 2
-    timings: dict[str, tuple[int, float]] = {}
+    timings = load_timings(args.out)  # sweeps not trained now keep the time of their last training
+    trained: dict[str, tuple[int, float]] = {}
     if not args.report_only:
         for sweep in SWEEPS:
             if args.only is not None and sweep.name not in args.only:
                 continue
             print(f"demo: training {sweep.name} (experiment={sweep.experiment}) ...", flush=True)
             code, seconds = run_sweep(sweep, args.out / "runs", args.out / "runs" / "logs", args.jobs, args.max_minutes)
-            timings[sweep.name] = (code, seconds)
+            trained[sweep.name] = timings[sweep.name] = (code, seconds)
+            save_timings(args.out, timings)
             print(f"demo: {sweep.name} {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min; "
                   f"log: {args.out / 'runs' / 'logs' / (sweep.name + '.log')}", flush=True)
-    path = write_report(args.out, timings)
+    path = write_report(args.out, {s.name: timings[s.name] for s in SWEEPS if s.name in timings})
     print(f"demo: wrote {path}")
-    return 0 if all(code == 0 for code, _ in timings.values()) else 1
+    return 0 if all(code == 0 for code, _ in trained.values()) else 1
 
 
 if __name__ == "__main__":

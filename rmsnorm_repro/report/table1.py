@@ -29,10 +29,11 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from ..norms import Normalization, build_normalization
+from ..paths import paper_dir, repo_dir
 
-REPO = Path(__file__).resolve().parents[2]
-PAPER_CSV = REPO / "results" / "paper" / "table1.csv"
-OUT_MD = REPO / "results" / "tables" / "table1.md"
+PAPER_CSV = paper_dir() / "table1.csv"
+# the committed page in a checkout (make table1 refreshes it); ./results/tables/ from an installed wheel
+OUT_MD = (repo_dir() or Path.cwd()) / "results" / "tables" / "table1.md"
 
 N_CASES, N_IN, N_OUT = 16, 24, 32
 DELTA = 3.0  # every re-scaling multiplies by this factor
@@ -175,6 +176,15 @@ def read_paper(path: Path = PAPER_CSV) -> dict[str, dict[str, str]]:
     return {m: {t.key: rows[m][t.key] for t in TRANSFORMATIONS} for m in METHODS}
 
 
+ROUND_OFF = 1e-12  # changes below this are float64 round-off, whose last digits vary by machine and BLAS
+
+
+def fmt_change(change: float) -> str:
+    """A relative change as written in the table: round-off as "< 1e-12", so regenerating the
+    committed page does not rewrite its last digits; anything larger with two significant digits."""
+    return f"< {ROUND_OFF:.0e}" if change < ROUND_OFF else f"{change:.1e}"
+
+
 def render(changes: dict[str, dict[str, float]], paper: dict[str, dict[str, str]], seed: int) -> tuple[str, int]:
     """The Markdown report and the number of cells that match the paper."""
     matches, rows = 0, []
@@ -183,7 +193,7 @@ def render(changes: dict[str, dict[str, float]], paper: dict[str, dict[str, str]
         for t in TRANSFORMATIONS:
             ours, theirs, change = verdict(changes[method][t.key]), paper[method][t.key], changes[method][t.key]
             matches += ours == theirs
-            cells.append(f"{ours} / {theirs} ({change:.1e})" + ("" if ours == theirs else " **MISMATCH**"))
+            cells.append(f"{ours} / {theirs} ({fmt_change(change)})" + ("" if ours == theirs else " **MISMATCH**"))
         rows.append(f"| {method} | " + " | ".join(cells) + " |")
     total = len(METHODS) * len(TRANSFORMATIONS)
     lines = [
