@@ -27,7 +27,8 @@ from runner_fixtures.helpers import REPO, cli, cli_args, cli_env, compose_cfg, r
 
 # dropout 0: the ranks draw their own dropout masks, so only a dropout-free run matches one process bit for bit
 DDP = ["task=tiny", "task.dropout=0", "device=cpu", "train.log_every=1", "train.checkpoint_every=10"]
-RUN = Path("tiny") / "synthetic-mini" / "rmsnorm-p1.0-s1"  # the run dir Hydra names under paths.runs_dir
+# the run dir Hydra names under paths.runs_dir: its name lists the overrides that are not defaults
+RUN = Path("tiny") / "synthetic-mini" / "rmsnorm-p1.0-s1,device=cpu,task.dropout=0,train.checkpoint_every=10,train.log_every=1"
 FORK = multiprocessing.get_context("fork")
 
 

@@ -27,7 +27,7 @@ from ..tasks.base import EvaluationInterrupted
 from . import checkpoint, distributed
 from .checkpoint import TrainState
 from .config import ConfigError, scrub
-from .logs import Progress, log, write_json
+from .logs import Progress, end_of_run_block, log, write_json
 from .setup import Run, build, environment, prepare
 from .signals import stop_requests
 from .step import train_step
@@ -46,13 +46,15 @@ def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> dict[s
     plan = prepare(cfg, Path(run_dir), experiment)
     try:
         if plan.finished is not None:
-            log.info(f"{plan.run_dir} is finished (status {plan.finished['status']}, {plan.finished['steps']} steps): "
-                     "nothing to do")
+            log.info(f"{plan.run_dir} is finished: nothing to do")
+            log.info(end_of_run_block(plan.finished, plan.run_dir))
             return plan.finished
         allocator.apply(cfg.allocator)
         with distributed.process_group(plan.device) as world:
             run, state = build(plan, world)
-            return train_and_summarize(run, state)
+            summary = train_and_summarize(run, state)
+            log.info(end_of_run_block(summary, plan.run_dir))
+            return summary
     finally:
         if plan.lock is not None:
             plan.lock.release()
@@ -76,13 +78,15 @@ def train_and_summarize(run: Run, state: TrainState) -> dict[str, Any]:
         if not run.world.main:
             raise
         # a crash (a bug, out of memory, a full disk): never leave a summary that claims anything else
+        failed = scrub({
+            **_identity(run.cfg), "status": "failed", "steps": state.step, "step_ms_median": None,
+            "step_ms_mean": None, "s_per_1k_steps": None, "final": {}, "best": state.best,
+            "env": environment(run), "error": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc(limit=-8),
+        })
         with contextlib.suppress(OSError):
-            write_json(run.run_dir / "summary.json", scrub({
-                **_identity(run.cfg), "status": "failed", "steps": state.step, "step_ms_median": None,
-                "step_ms_mean": None, "s_per_1k_steps": None, "final": {}, "best": state.best,
-                "env": environment(run), "error": f"{type(e).__name__}: {e}",
-                "traceback": traceback.format_exc(limit=-8),
-            }))
+            write_json(run.run_dir / "summary.json", failed)
+        log.error(end_of_run_block(failed, run.run_dir))
         raise
     finally:
         if run.metrics is not None:
@@ -205,8 +209,8 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                           "step_ms": round(ms, 3), "lr": lr, per_s: round(interval_units / (interval_ms / 1e3), 2)}
                 record.update({(f"valid_{k}" if k in RUNNER_KEYS else k): v for k, v in valid.items()})
                 run.metrics.log(record)
-                if run.wandb is not None and valid:
-                    run.wandb.log({f"valid/{k}": v for k, v in valid.items()}, step=done)
+                if run.wandb is not None:
+                    run.wandb.log_line(record, valid)
                 interval_units, interval_ms = 0, 0.0
             progress.step(done, total, loss_value, ms, valid)
 
