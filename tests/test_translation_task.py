@@ -3,11 +3,13 @@ import math
 
 import pytest
 import sacrebleu
-import torch
-from hydra import compose, initialize_config_dir
 from pathlib import Path
 
+import torch
+from hydra import compose, initialize_config_dir
+
 from rmsnorm_repro.norms import build_normalization
+from rmsnorm_repro.runner import train_step
 from rmsnorm_repro.tasks import get_task_class
 from rmsnorm_repro.tasks.translation.data import collate
 
@@ -37,15 +39,13 @@ def make_task(tmp_path, task, norm="rmsnorm", extra=()):
 
 
 def train(task, model, steps):
-    opt = torch.optim.Adam(model.parameters(), lr=task.cfg.optim.lr, betas=tuple(task.cfg.optim.betas))
+    """The runner's own step (Adam, global clip at 1.0), without the runner around it."""
+    params = list(model.parameters())
+    opt = torch.optim.Adam(params, lr=task.cfg.optim.lr, betas=tuple(task.cfg.optim.betas))
     model.train()
     for step in range(steps):
-        loss, n = task.loss(model, task.train_batch(step))
+        loss, n, _ = train_step(task, model, opt, task.train_batch(step), params, clip=1.0, clip_mode="global")
         assert n > 0
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
     model.eval()
     return loss.item()
 

@@ -8,6 +8,19 @@ A run is any directory holding a summary.json; its config.yaml and metrics.jsonl
 present. Runs are grouped by (task, norm, p) plus every config key that was swept (a key whose value
 differs between runs that share task, norm and p, such as task.model.init_center), so seeds are
 the only thing a group averages over. Nothing here knows a task's internals: only the file contract.
+
+A file that cannot be read, or holds JSON/YAML of the wrong shape, is a one-line ValueError naming
+it. A directory with metrics.jsonl or config.yaml but no summary.json is a run in progress (or one
+killed before it could write its summary): `load_runs(...).in_progress` lists them. A "completed"
+summary without a step count or a "final" object counts as "without numbers", not as a run.
+
+Step times. `s_per_1k_steps` is each run's median step time (seconds per 1000 steps; summaries
+written before the median was used hold the mean), and `s_per_1k_steps_ci95` a bootstrap 95%
+interval of that median. A group's time is the mean over its runs; its interval is that run's own
+for a single run, else a two-level bootstrap: draw the runs with replacement, draw each drawn run's
+median from its own interval (a normal on each side of the median, matching the interval's ends),
+average. The speed-up (T_LN - T_X) / T_LN gets its interval the same way, from joint draws of both
+groups. Intervals need every run's `s_per_1k_steps_ci95`; older summaries get none.
 """
 from __future__ import annotations
 
@@ -20,6 +33,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import yaml
 
 # Config keys that never define a group: where outputs go, how they are logged, and the seed.
@@ -30,6 +44,12 @@ NORM_ORDER = ("none", "batchnorm", "weightnorm", "l2norm", "layernorm", "rmsnorm
 # A status whose numbers are real: completed runs, and diverged runs for their step time only.
 TRAINED = "completed"
 DIVERGED = "diverged"
+# a "completed" summary without a step count or final metrics (e.g. hand-written or truncated)
+EMPTY = "without numbers"
+# the bootstrap of step-time intervals: draws, and a fixed seed so a report is the same every time
+BOOTSTRAP_DRAWS = 4000
+BOOTSTRAP_SEED = 0
+Z95 = 1.959963984540054  # the normal's 97.5% quantile: a 95% interval is median +- Z95 sides
 
 
 @dataclass(frozen=True)
@@ -47,6 +67,19 @@ class Stat:
             return None
         std = statistics.stdev(values) if len(values) > 1 else 0.0
         return cls(statistics.fmean(values), std, len(values))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A 95% interval [lo, hi] (of a step time, or of a speed-up as a fraction)."""
+
+    lo: float
+    hi: float
+
+    @property
+    def holds_zero(self) -> bool:
+        """The interval contains 0: for a speed-up, no winner can be declared ("within noise")."""
+        return self.lo <= 0.0 <= self.hi
 
 
 @dataclass
@@ -74,7 +107,19 @@ class Run:
 
     @property
     def status(self) -> str:
-        return str(self.summary.get("status", "unknown"))
+        status = str(self.summary.get("status", "unknown"))
+        if status == TRAINED and not (_is_number(self.summary.get("steps")) and self.summary["steps"] > 0
+                                      and isinstance(self.summary.get("final"), dict)):
+            return EMPTY
+        return status
+
+    @property
+    def time_ci(self) -> tuple[float, float] | None:
+        """summary["s_per_1k_steps_ci95"] as (lo, hi); None when the summary predates it or has none."""
+        ci = self.summary.get("s_per_1k_steps_ci95")
+        if isinstance(ci, list) and len(ci) == 2 and all(_is_number(v) and math.isfinite(v) for v in ci):
+            return float(ci[0]), float(ci[1])
+        return None
 
     @property
     def scale(self) -> str:
@@ -95,16 +140,19 @@ class Run:
 
     @cached_property
     def history(self) -> list[dict[str, Any]]:
-        """metrics.jsonl; a run killed mid-write may leave a torn last line, which is skipped."""
+        """metrics.jsonl; a run killed mid-write may leave a torn last line, which is skipped (so is any
+        line that is not a JSON object). Bytes that are not UTF-8 are an error naming the file and line."""
         path = self.path / "metrics.jsonl"
         if not path.exists():
             return []
         lines = []
-        for line in path.read_text().splitlines():
+        for line in _read_text(path).split("\n"):
             try:
-                lines.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(record, dict):
+                lines.append(record)
         return lines
 
     def points(self, metric: str, x: str = "step") -> list[tuple[float, float, float]]:
@@ -118,22 +166,104 @@ class Run:
         return [p[1] for p in points], [p[2] for p in points]
 
 
-def load_runs(root: str | Path) -> list[Run]:
-    """Every run under root (searched recursively), in path order."""
+class Runs(list):
+    """The finished runs (a list of Run), plus `in_progress`: runs without a summary.json yet."""
+
+    def __init__(self, runs: Iterable[Run] = (), in_progress: Iterable[Run] = (), root: Path | None = None):
+        super().__init__(runs)
+        self.in_progress: list[Run] = list(in_progress)
+        self.root = root  # the directory they were read from
+
+
+def load_runs(root: str | Path) -> Runs:
+    """Every run under root (searched recursively), in path order; `.in_progress` lists the directories
+    that hold a run's metrics.jsonl or config.yaml but no summary.json (still running, or killed)."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"runs directory {root} does not exist: run the sweep first (e.g. make table2)")
     runs = []
     for summary_path in sorted(root.rglob("summary.json")):
+        if _skipped(summary_path, root):
+            continue
         run_dir = summary_path.parent
-        try:
-            summary = json.loads(summary_path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{summary_path} is not valid JSON ({err}); delete that run or rerun it") from err
-        config_path = run_dir / "config.yaml"
-        config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.exists() else {}
-        runs.append(Run(run_dir, summary, config))
-    return runs
+        runs.append(Run(run_dir, read_summary(summary_path), _read_config(run_dir / "config.yaml")))
+    finished = {run.path for run in runs}
+    started = {path.parent for name in ("metrics.jsonl", "config.yaml") for path in root.rglob(name)
+               if not _skipped(path, root)}
+    in_progress = [Run(run_dir, {}, _read_config(run_dir / "config.yaml")) for run_dir in sorted(started - finished)]
+    return Runs(runs, in_progress, root)
+
+
+def _skipped(path: Path, root: Path) -> bool:
+    """Files of Hydra (.hydra/config.yaml) and wandb (wandb/.../config.yaml) are not run files."""
+    parts = path.relative_to(root).parts[:-1]
+    return any(part == ".hydra" or part == "wandb" for part in parts)
+
+
+def _read_text(path: Path) -> str:
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ValueError(f"{path}: line {line} is not valid UTF-8 (byte 0x{raw[err.start]:02x}); "
+                         "repair or delete that line, or delete the run") from err
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), "a number" if _is_number(value) else
+                                                                   type(value).__name__)
+
+
+# keys of summary.json the report reads, and what each must be when present (null is always allowed)
+_OBJECTS = ("final", "best", "env")
+_NUMBERS = ("steps", "p", "seed", "s_per_1k_steps", "step_ms_median", "step_ms_mean", "step_ms_q1", "step_ms_q3")
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """summary.json as a dict, checked for the shape the report relies on: one ValueError naming the
+    file for invalid JSON, a non-object, or a key of the wrong type."""
+    try:
+        summary = json.loads(_read_text(path))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); delete that run or rerun it") from err
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path} holds {_kind(summary)}, not a JSON object; delete that run or rerun it")
+    for key in _OBJECTS:
+        if summary.get(key) is not None and not isinstance(summary[key], dict):
+            raise ValueError(f'{path}: "{key}" is {_kind(summary[key])}, not an object; delete that run or rerun it')
+    for key in _NUMBERS:
+        if summary.get(key) is not None and not _is_number(summary[key]):
+            raise ValueError(f'{path}: "{key}" is {_kind(summary[key])}, not a number; delete that run or rerun it')
+    ci = summary.get("s_per_1k_steps_ci95")
+    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_is_number(v) for v in ci)):
+        raise ValueError(f'{path}: "s_per_1k_steps_ci95" is {json.dumps(ci)}, not [low, high]; '
+                         "delete that run or rerun it")
+    return summary
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        config = yaml.safe_load(_read_text(path))
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise ValueError(f"{path} is not valid YAML{at}; delete that run or rerun it") from err
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} holds {_kind(config)}, not a mapping; delete that run or rerun it")
+    return config
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -203,10 +333,25 @@ class Group:
                 return name, stat
         return None
 
+    def timed(self) -> list[Run]:
+        """Completed and diverged runs with a step time (the paper timed its failing baseline too)."""
+        return [run for run in self.runs if run.status in (TRAINED, DIVERGED) and run.summary.get("steps")
+                and _is_number(run.summary.get("s_per_1k_steps")) and math.isfinite(run.summary["s_per_1k_steps"])]
+
     def time(self) -> Stat | None:
-        """Seconds per 1k steps over completed and diverged runs (the paper timed its failing baseline)."""
-        return Stat.of(run.summary.get("s_per_1k_steps") for run in self.runs
-                       if run.status in (TRAINED, DIVERGED) and run.summary.get("steps"))
+        """Seconds per 1k steps (each run's median; older summaries: mean), mean and std over the timed runs."""
+        return Stat.of(run.summary["s_per_1k_steps"] for run in self.timed())
+
+    def time_interval(self) -> Interval | None:
+        """95% interval of time().mean: a single run's own interval of its median, else the bootstrap
+        over runs described in the module docstring; None unless every timed run has an interval."""
+        timed = self.timed()
+        if not timed or any(run.time_ci is None for run in timed):
+            return None
+        if len(timed) == 1:
+            return Interval(*timed[0].time_ci)
+        draws = _time_draws(timed, np.random.default_rng(BOOTSTRAP_SEED))
+        return Interval(*map(float, np.percentile(draws, [2.5, 97.5])))
 
     def status_note(self) -> str:
         """"3" when every run completed, else e.g. "2 of 3 (1 diverged)"."""
@@ -238,10 +383,35 @@ def group_runs(runs: list[Run]) -> list[Group]:
 
 
 def speedup(time_x: Stat | None, time_ln: Stat | None) -> float | None:
-    """The paper's speed-up over LayerNorm, (T_LN - T_X) / T_LN, from mean step times."""
+    """The paper's speed-up over LayerNorm, (T_LN - T_X) / T_LN, from the groups' step times."""
     if time_x is None or time_ln is None or time_ln.mean <= 0:
         return None
     return (time_ln.mean - time_x.mean) / time_ln.mean
+
+
+def _time_draws(runs: list[Run], rng: np.random.Generator) -> np.ndarray:
+    """BOOTSTRAP_DRAWS draws of the mean step time of `runs` (each with a time_ci): runs drawn with
+    replacement, each drawn run's median from a split normal whose 2.5% and 97.5% points are its
+    interval's ends (one run: only the second level)."""
+    values = np.array([(run.summary["s_per_1k_steps"], *run.time_ci) for run in runs], dtype=np.float64)
+    n = len(values)
+    pick = rng.integers(n, size=(BOOTSTRAP_DRAWS, n)) if n > 1 else np.zeros((BOOTSTRAP_DRAWS, 1), dtype=np.int64)
+    median, lo, hi = values[pick, 0], values[pick, 1], values[pick, 2]
+    z = rng.standard_normal(pick.shape)
+    side = np.where(z >= 0, np.maximum(hi - median, 0.0), np.maximum(median - lo, 0.0)) / Z95
+    return np.maximum(median + z * side, 1e-12).mean(1)  # a step time is positive
+
+
+def speedup_interval(x: Group, ln: Group) -> Interval | None:
+    """95% interval of the speed-up (T_LN - T_X) / T_LN: the percentiles of (1 - T_X* / T_LN*) over joint
+    bootstrap draws of both groups' mean step times (_time_draws). None unless every timed run of
+    both groups has an interval (summaries from before the runner recorded one)."""
+    if x.time_interval() is None or ln.time_interval() is None:
+        return None
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    t_ln = _time_draws(ln.timed(), rng)
+    t_x = _time_draws(x.timed(), rng)
+    return Interval(*map(float, np.percentile(1.0 - t_x / t_ln, [2.5, 97.5])))
 
 
 def mean_curve(runs: list[Run], metric: str, x: str = "step") -> tuple[list[float], list[float], list[float]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .aggregate import Group, Run, Stat, group_runs, mean_curve, speedup
+from .aggregate import Group, Run, Stat, group_runs, mean_curve, speedup, speedup_interval
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "cannot tell"
 # quality metric per task: (metric names tried in order, "max" or "min", how to print it)
@@ -148,8 +148,19 @@ def transformer_baseline_claim(groups: list[Group]) -> Claim:
                  f"(fails: all diverged or below half of LayerNorm's)")
 
 
+def _fmt_time(group: Group) -> str:
+    text = _fmt(group.time(), 1)
+    interval = group.time_interval()
+    return text + (f" [{interval.lo:.1f}, {interval.hi:.1f}]" if interval is not None else "")
+
+
 def speed_claims(groups: list[Group]) -> list[Claim]:
-    """RMSNorm (and pRMSNorm, where it ran) take less time per training step than LayerNorm, per task."""
+    """RMSNorm (and pRMSNorm, where it ran) take less time per training step than LayerNorm, per task.
+
+    With step-time intervals (aggregate.speedup_interval): holds when the speed-up's 95% interval lies
+    above 0, does not hold when it lies below, and "cannot tell" (within noise) when it holds 0.
+    Runs without intervals (older summaries) fall back to the sign of the speed-up.
+    """
     claims = []
     for task in TASK_ORDER:
         norms = _by_norm(groups, task)
@@ -162,9 +173,17 @@ def speed_claims(groups: list[Group]) -> list[Claim]:
                                         f"needs timed {task} runs of layernorm and rmsnorm"))
                 continue
             gain = speedup(group.time(), ln.time())
-            claims.append(Claim(f"{task}: {group.label} is faster per step than LayerNorm", HOLDS if gain > 0 else FAILS,
-                                f"s / 1k steps: LayerNorm {_fmt(ln.time(), 1)}, {group.label} {_fmt(group.time(), 1)}; "
-                                f"speed-up (T_LN - T_X) / T_LN = {gain:.1%}"))
+            interval = speedup_interval(group, ln)
+            numbers = (f"s / 1k steps: LayerNorm {_fmt_time(ln)}, {group.label} {_fmt_time(group)}; "
+                       f"speed-up (T_LN - T_X) / T_LN = {gain:.1%}")
+            if interval is None:
+                verdict = HOLDS if gain > 0 else FAILS
+                numbers += " (no interval: the runs did not record one)"
+            else:
+                verdict = UNSURE if interval.holds_zero else HOLDS if interval.lo > 0 else FAILS
+                numbers += f", 95% interval [{interval.lo:.1%}, {interval.hi:.1%}]"
+                numbers += "; within noise" if interval.holds_zero else ""
+            claims.append(Claim(f"{task}: {group.label} is faster per step than LayerNorm", verdict, numbers))
     return claims
 
 

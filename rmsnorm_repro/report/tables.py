@@ -3,7 +3,9 @@
 Each page is a `Page` (which task's runs it reads, which columns it compares, which figures it
 draws). The paper's numbers come from results/paper/<table>.csv, read as strings so that they are
 shown exactly as published. Ours are mean +- sample std over seeds (completed runs), step times
-over completed and diverged runs, speed-ups the paper's way: (T_LN - T_X) / T_LN.
+over completed and diverged runs, speed-ups the paper's way: (T_LN - T_X) / T_LN. Where the runs
+recorded it, a step time carries its 95% interval [lo, hi] and so does the speed-up; a speed-up
+whose interval holds 0 reads "within noise" (aggregate.py says how the intervals are made).
 """
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .aggregate import Group, Run, Stat, describe_env, group_runs, speedup
+from ..paths import paper_dir
+from .aggregate import Group, Interval, Run, Stat, describe_env, group_runs, speedup, speedup_interval
 
-REPO = Path(__file__).resolve().parents[2]
-PAPER_DIR = REPO / "results" / "paper"
+PAPER_DIR = paper_dir()  # results/paper of the checkout, or the copy an installed wheel ships
 # Steps per time unit of the paper's time columns. Table 10's unit, the epoch, depends on the data set
 # size, so ours stays in seconds per 1k steps there (speed-ups are unit-free).
 STEPS_PER_UNIT = {"1k steps": 1000, "0.1k steps": 100}
@@ -83,15 +85,29 @@ def time_unit(rows: list[dict[str, str]]) -> str:
     return next((r["time_unit"] for r in rows if r.get("time_unit")), "1k steps")
 
 
+def fmt_interval(interval: Interval | None, scale: float = 1.0, digits: int = 1) -> str:
+    """" [lo, hi]" (with a leading space), or "" without an interval."""
+    return "" if interval is None else f" [{interval.lo * scale:.{digits}f}, {interval.hi * scale:.{digits}f}]"
+
+
+def fmt_speedup(group: Group, ln: Group | None) -> str:
+    """" (6.9%)", with the interval where the runs have one: " (6.9% [2.1, 11.5])", and ", within noise"
+    when that interval holds 0; "" for LayerNorm itself or without a LayerNorm time."""
+    gain = speedup(group.time(), ln.time() if ln else None)
+    if gain is None or group is ln:
+        return ""
+    interval = speedup_interval(group, ln)
+    noise = ", within noise" if interval is not None and interval.holds_zero else ""
+    return f" ({gain * 100:.1f}%{fmt_interval(interval, 100.0)}{noise})"
+
+
 def fmt_our_time(group: Group, ln: Group | None, unit: str) -> str:
     stat = group.time()
     if stat is None:
         return "-"
     factor = STEPS_PER_UNIT.get(unit, 1000) / 1000.0  # s_per_1k_steps -> seconds per paper unit
     digits = 2 if stat.mean * factor < 10 else 1
-    text = fmt_stat(stat, factor, digits)
-    gain = speedup(stat, ln.time() if ln else None)
-    return text + (f" ({gain * 100:.1f}%)" if gain is not None and group is not ln else "")
+    return fmt_stat(stat, factor, digits) + fmt_interval(group.time_interval(), factor, digits) + fmt_speedup(group, ln)
 
 
 def fmt_our_quality(group: Group, q: Quality) -> tuple[str, str | None]:
@@ -271,9 +287,12 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
     if name not in PAGES:
         raise ValueError(f"unknown table {name!r}; choose one of: {', '.join(PAGES)}")
     page = PAGES[name]
+    runs_all = runs
+    unfinished = [run for run in getattr(runs, "in_progress", []) if run.task in (page.task, "?")]
     runs = page_runs(page, runs)
     if not runs:
-        raise ValueError(f"no {page.task} runs under {runs_dir} for {name}: run `make {name}` first")
+        waiting = f" ({len(unfinished)} in progress, without summary.json yet)" if unfinished else ""
+        raise ValueError(f"no {page.task} runs under {runs_dir} for {name}{waiting}: run `make {name}` first")
     groups = group_runs(runs)
     paper = read_paper(name)
     scales = sorted({r.scale for r in runs})
@@ -281,6 +300,11 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
     lines = [f"{heading} {page.title}", ""]
     lines.append(f"Ours: task `{page.task}`, data {', '.join(datas)}, scale {', '.join(scales)}, "
                  f"{len(runs)} run{'s' if len(runs) != 1 else ''} from `{runs_dir}`.  ")
+    if unfinished:
+        lines.append(f"Not counted, in progress: {len(unfinished)} run{'s' if len(unfinished) != 1 else ''}: "
+                     f"{', '.join(_shown(run.path, getattr(runs_all, 'root', None)) for run in unfinished)} "
+                     "(no summary.json yet; "
+                     "a run killed before writing one looks the same).  ")
     lines.append(f"Our machine: {describe_env(runs)}.  ")
     hardware = sorted({r["hardware"] for r in paper if r.get("hardware")})
     if hardware:
@@ -288,8 +312,11 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
                      "speed-up over LayerNorm in brackets, (T_LN - T_X) / T_LN.  ")
     if page.time:
         unit = time_unit(paper) if time_unit(paper) in STEPS_PER_UNIT else "1k steps"
-        lines.append(f"Our time: seconds per {unit} from `s_per_1k_steps` (device-synchronized step time, "
-                     "evaluation excluded), speed-up computed the same way.  ")
+        lines.append(f"Our time: seconds per {unit} from `s_per_1k_steps` (each run's median device-synchronized "
+                     "step time, evaluation excluded; runs from before the median: the mean), speed-up computed "
+                     "the same way. [lo, hi]: a 95% interval (one run: the bootstrap interval of its median; "
+                     "several: a bootstrap over the runs and their intervals), for the speed-up too; \"within "
+                     "noise\" when that interval holds 0. Runs that did not record an interval show none.  ")
     lines.append("Ours: mean ± sample std over seeds (one value: a single run); \"runs\" counts completed runs; "
                  f"a row whose every run diverged reads \"{FAILS}\", as in the paper.")
     lines.append("")
@@ -300,6 +327,14 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
         if path is not None:
             lines += ["", f"![{figure}]({Path(os.path.relpath(path, md_dir)).as_posix()})"]
     return "\n".join(lines) + "\n"
+
+
+def _shown(path: Path, root: Path | None) -> str:
+    """A run directory as the page names it: relative to the directory the runs were read from."""
+    try:
+        return path.relative_to(root).as_posix() if root is not None else path.as_posix()
+    except ValueError:
+        return path.as_posix()
 
 
 def write_atomic(path: Path, text: str) -> None:

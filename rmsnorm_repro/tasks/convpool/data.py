@@ -34,6 +34,15 @@ def load_cifar10(root: str | os.PathLike, download: bool = False) -> tuple[Tenso
             f"CIFAR-10 not found under {Path(root) / CIFAR10.base_folder} (or a file fails its checksum); "
             "run `make data-cifar10` or pass data.download=true where there is network"
         ) from e
+    except OSError as e:  # data.download=true without network: urllib's URLError, a refused or reset connection
+        if not download:
+            raise
+        reason = " ".join(str(getattr(e, "reason", None) or e).split())
+        raise FileNotFoundError(
+            f"data.download=true: downloading CIFAR-10 into {root} failed ({type(e).__name__}: {reason}); "
+            "this needs network: run `make data-cifar10` where there is network, or copy cifar-10-batches-py/ "
+            "under data.root"
+        ) from e
 
     def arrays(ds) -> tuple[Tensor, Tensor]:
         # torchvision keeps HWC uint8; the model wants CHW

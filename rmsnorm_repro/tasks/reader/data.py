@@ -1,21 +1,36 @@
-"""Cloze reading-comprehension data: DeepMind Q&A CNN `.question` files, or a generated stand-in.
+"""Cloze reading-comprehension data: the CNN corpus in one of two layouts, or a generated stand-in.
 
-An example is a document, a query with one `@placeholder`, the answer entity and the candidate
-entities (those of the document). Entities stay anonymized as in the files (`@entity17`); the
-answer classes are the entity numbers, so the model predicts "@entity17" as class 17, and only the
-document's candidates may be predicted (Hermann et al. 2015).
+data=cnn reads either (data.layout: auto picks the one found under data.root, top4 first):
+  top4       the pickles the paper's authors trained on (Kiros' top4.zip, read by Cooijmans'
+             pkl_data_iterator.py): dict.pkl (word -> id: NIL 0, EOS 1, UNK 2, NUM 3, words from 4)
+             and {train4,valid4}_{pass,qs,ans}.pkl, lists of id lists (Attentive_reader
+             scripts/binarize_text_3parts.py: passage and question end with EOS, which
+             attentive_reader.py prepare_data drops; the answer's first id is the label);
+             test4_*.pkl when present, else the test split is the validation split (the authors
+             load no test files: Figure 5 is validation error).
+  questions  DeepMind Q&A `questions/{training,validation,test}/*.question` files (whole documents).
+
+An example is a document, a query with one `@placeholder`, the answer class and the candidate
+classes (the document's entities). Entities stay anonymized as in the files (`@entity17`). For
+.question files and generated data the classes are entity numbers ("@entity17" is class 17); for
+top4 they are vocabulary ids. `ReaderData.answer_ids[c]` is the vocabulary id of class c: the
+model's softmax runs over the whole vocabulary, as the authors' (n_words_ans = the vocabulary), and
+may be restricted to the document's candidates (task.model.entity_mask, Hermann et al. 2015).
 """
 from __future__ import annotations
 
+import pickle
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
+
+from ..base import check_int, read_text, split_lines
 
 PAD, UNK, PLACEHOLDER = "<pad>", "<unk>", "@placeholder"
 CNN_SPLITS = {"train": "training", "valid": "validation", "test": "test"}
@@ -25,15 +40,26 @@ CNN_SPLITS = {"train": "training", "valid": "validation", "test": "test"}
 class Example:
     doc: Tensor  # (T_doc,) token ids
     query: Tensor  # (T_query,) token ids
-    answer: int  # entity number
-    candidates: list[int]  # entity numbers the model may answer
+    answer: int  # answer class: the entity number (vocabulary id for top4)
+    candidates: list[int]  # classes the model may answer (the document's entities)
 
 
 @dataclass
 class ReaderData:
     vocab: list[str]  # id -> token; 0 is padding
-    n_entities: int  # answer classes: entity numbers 0 .. n_entities-1
+    n_entities: int  # answer classes 0 .. n_entities-1
     splits: dict[str, list[Example]]  # "train", "valid", "test"
+    answer_ids: list[int] = field(default_factory=list)  # class -> vocabulary id (default: of "@entity<class>")
+    info: dict[str, Any] = field(default_factory=dict)  # provenance for summary.json (layout, test split)
+
+    def __post_init__(self) -> None:
+        if not self.answer_ids:
+            ids = {w: i for i, w in enumerate(self.vocab)}
+            self.answer_ids = [ids.get(f"@entity{c}", 1) for c in range(self.n_entities)]
+
+    def entity_ids(self) -> list[int]:
+        """Vocabulary ids of every entity token (what the authors' training batches permute)."""
+        return [i for i, w in enumerate(self.vocab) if "@entity" in w]
 
     def max_len(self, field: str) -> int:
         return max(len(getattr(e, field)) for examples in self.splits.values() for e in examples)
@@ -64,26 +90,54 @@ def parse_question(text: str, path: Path | str = "<text>") -> tuple[list[str], l
     """One `.question` file -> (context tokens, query tokens, answer token, entity tokens listed).
 
     Blocks separated by blank lines: URL; context; question with @placeholder; answer; one
-    "@entityN:Name" line per entity.
+    "@entityN:Name" line per entity. Lines end at "\\n" only (one "\\r" before it is dropped, for CRLF
+    files); a stray "\\r" or a Unicode line separator inside a line is just whitespace there.
     """
-    blocks = text.strip().split("\n\n")
+    if not text.strip():
+        raise ValueError(f"{path}: empty file; a .question file holds URL, context, question, answer and entities")
+    blocks = "\n".join(split_lines(text)).strip().split("\n\n")
     if len(blocks) < 4 or PLACEHOLDER not in blocks[2].split():
         raise ValueError(
             f"{path}: not a DeepMind Q&A .question file (want blocks URL, context, question with "
             f"{PLACEHOLDER}, answer, entities, separated by blank lines)"
         )
-    listed = [line.split(":", 1)[0].strip() for line in blocks[4].splitlines()] if len(blocks) > 4 else []
+    listed = [line.split(":", 1)[0].strip() for line in blocks[4].split("\n")] if len(blocks) > 4 else []
     return blocks[1].split(), blocks[2].split(), blocks[3].strip(), listed
 
 
-def _read_split(folder: Path, limit: int | None, max_doc_len: int | None) -> list[tuple]:
+SENTENCE_ENDS = {".", "!", "?"}
+
+
+def top_sentences(context: list[str], query: list[str], k: int) -> list[str]:
+    """The k sentences of a tokenized document that share the most distinct words with the query
+    (ties: the earlier sentence), kept in document order; sentences end at ".", "!" or "?" tokens.
+
+    An APPROXIMATION of Kiros' top4 passages for .question files (data.top_sentences): the script
+    that made top4 is not public, so which 4 sentences it kept, and by what score, is unknown.
+    """
+    sentences, current = [], []
+    for token in context:
+        current.append(token)
+        if token in SENTENCE_ENDS:
+            sentences.append(current)
+            current = []
+    if current:
+        sentences.append(current)
+    words = set(query) - {PLACEHOLDER}
+    ranked = sorted(range(len(sentences)), key=lambda i: (-len(words & set(sentences[i])), i))
+    return [token for i in sorted(ranked[:k]) for token in sentences[i]]
+
+
+def _read_split(folder: Path, limit: int | None, max_doc_len: int | None, k_sentences: int | None = None) -> list[tuple]:
     """(context tokens, query tokens, answer number, candidate numbers) per file, in name order."""
     files = sorted(folder.glob("*.question"))
     if not files:
         raise FileNotFoundError(f"data=cnn: no .question files in {folder}")
     raw = []
     for path in files[:limit]:
-        context, query, answer, listed = parse_question(path.read_text(encoding="utf-8"), path)
+        context, query, answer, listed = parse_question(read_text(path), path)
+        if k_sentences:
+            context = top_sentences(context, query, k_sentences)
         if max_doc_len:
             context = context[:max_doc_len]
         entities = {n for n in map(entity_number, listed + context) if n is not None}
@@ -94,15 +148,44 @@ def _read_split(folder: Path, limit: int | None, max_doc_len: int | None) -> lis
     return raw
 
 
+LAYOUTS = ("auto", "top4", "questions")
+TOP4_FILES = {"train": "train4", "valid": "valid4", "test": "test4"}  # pkl_data_iterator.get_data_files("top4")
+TOP4_PARTS = ("pass", "qs", "ans")
+
+
+def cnn_layout(data_cfg: Mapping[str, Any]) -> str:
+    """"top4" or "questions": data.layout, or (auto) the one found under data.root, top4 first."""
+    layout = str(data_cfg.get("layout") or "auto")
+    if layout not in LAYOUTS:
+        raise ValueError(f"data.layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout != "auto":
+        return layout
+    root = Path(str(data_cfg["root"])).expanduser()
+    files = {**TOP4_FILES, **dict(data_cfg.get("files") or {})}
+    return "top4" if (root / f"{files['train']}_pass.pkl").is_file() else "questions"
+
+
 def load_cnn(data_cfg: Mapping[str, Any]) -> ReaderData:
+    """data=cnn: the top4 pickles or the .question files under data.root (module docstring)."""
+    if not data_cfg.get("root"):
+        raise ValueError("data=cnn needs data.root: the folder that holds top4's dict.pkl and train4_*.pkl "
+                         "or DeepMind Q&A's questions/{training,validation,test}")
+    for key, low in (("limit", 1), ("max_doc_len", 1), ("vocab_size", 2), ("top_sentences", 1)):
+        check_int(data_cfg, key, low, optional=True, name=f"data.{key}")
+    if cnn_layout(data_cfg) == "top4":
+        return load_top4(data_cfg)
+    return load_questions(data_cfg)
+
+
+def load_questions(data_cfg: Mapping[str, Any]) -> ReaderData:
     """Read root/questions/{training,validation,test}/*.question; vocabulary from training only.
 
-    data.vocab_size keeps the most frequent training words (every @-token is always kept);
-    data.max_doc_len cuts documents after that many tokens; data.limit reads only the first
-    files of each split (sorted by name), for quick checks.
+    data.vocab_size keeps the most frequent training words (every @-token is always kept, and every
+    @entityN up to the largest N of any split is in the vocabulary, so each answer class has its own
+    output); data.top_sentences keeps that many sentences per document (`top_sentences`, an
+    approximation of top4); data.max_doc_len cuts documents after that many tokens; data.limit
+    reads only the first files of each split (sorted by name), for quick checks.
     """
-    if not data_cfg.get("root"):
-        raise ValueError("data=cnn needs data.root: the folder that holds questions/{training,validation,test}")
     questions = Path(str(data_cfg["root"])).expanduser() / "questions"
     for name in CNN_SPLITS.values():
         if not (questions / name).is_dir():
@@ -110,7 +193,8 @@ def load_cnn(data_cfg: Mapping[str, Any]) -> ReaderData:
                 f"data=cnn: {questions / name} not found; set data.root to the DeepMind Q&A CNN folder "
                 "holding questions/training, questions/validation and questions/test"
             )
-    raw = {split: _read_split(questions / name, data_cfg.get("limit"), data_cfg.get("max_doc_len"))
+    raw = {split: _read_split(questions / name, data_cfg.get("limit"), data_cfg.get("max_doc_len"),
+                              data_cfg.get("top_sentences"))
            for split, name in CNN_SPLITS.items()}
 
     counts = Counter(token for context, query, _, _ in raw["train"] for token in context + query)
@@ -119,6 +203,8 @@ def load_cnn(data_cfg: Mapping[str, Any]) -> ReaderData:
     kept = [w for w in ranked if w.startswith("@")] + [w for w in ranked if not w.startswith("@")]
     keep = set(ranked if size is None else kept[: max(size - 2, 0)])
     vocab = [PAD, UNK] + [w for w in ranked if w in keep]
+    n_entities = 1 + max(max(cands) for rows in raw.values() for *_, cands in rows)
+    vocab += [e for e in (f"@entity{c}" for c in range(n_entities)) if e not in keep]
     ids = {w: i for i, w in enumerate(vocab)}
 
     def encode(tokens: list[str]) -> Tensor:
@@ -126,8 +212,88 @@ def load_cnn(data_cfg: Mapping[str, Any]) -> ReaderData:
 
     splits = {split: [Example(encode(c), encode(q), a, cands) for c, q, a, cands in rows]
               for split, rows in raw.items()}
-    n_entities = 1 + max(max(e.candidates) for rows in splits.values() for e in rows)
-    return ReaderData(vocab, n_entities, splits)
+    info = {"layout": "questions", "top_sentences": data_cfg.get("top_sentences")}
+    return ReaderData(vocab, n_entities, splits, info=info)
+
+
+# Real data: the top4 pickles ---------------------------------------------------------------------
+class _PlainUnpickler(pickle.Unpickler):
+    """Loads lists, dicts, ints and strings only: a pickle that names any class or function (which
+    could run code) is refused. Python 2's str comes back decoded as latin-1 (see _text)."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: top4 pickles hold only lists, dicts, "
+                                     "ints and strings")
+
+
+def _load_pickle(path: Path) -> Any:
+    if not path.is_file():
+        raise FileNotFoundError(f"data=cnn (top4): {path} not found; data.root must hold dict.pkl and "
+                                "{train4,valid4}_{pass,qs,ans}.pkl from top4.zip")
+    try:
+        with open(path, "rb") as f:
+            return _PlainUnpickler(f, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as e:
+        raise ValueError(f"data=cnn (top4): {path} is not a readable top4 pickle ({type(e).__name__}: {e})") from e
+
+
+def _text(word: Any) -> str:
+    """A Python 2 str read as latin-1, back to the UTF-8 text it was (latin-1 if it was not UTF-8)."""
+    if isinstance(word, bytes):
+        word = word.decode("latin1")
+    try:
+        return str(word).encode("latin1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return str(word)
+
+
+def load_top4(data_cfg: Mapping[str, Any]) -> ReaderData:
+    """Kiros' top4 pickles as Cooijmans' pkl_data_iterator reads them (module docstring).
+
+    Ids are kept as they are (0 = NIL doubles as padding, as prepare_data pads with 0); the vocabulary
+    has max id + 1 entries (the authors' emb_sz = len(dict) + 1). Each sequence's last id (the EOS
+    binarize_text_3parts.py appended) is dropped, as prepare_data does; the label is the answer's
+    first id. Classes are vocabulary ids; candidates are the passage's entity ids. data.files renames
+    the split prefixes (e.g. train8v2 for top8); data.limit reads the first N examples of each split;
+    data.max_doc_len cuts passages.
+    """
+    root = Path(str(data_cfg["root"])).expanduser()
+    files = {**TOP4_FILES, **dict(data_cfg.get("files") or {})}
+    words = _load_pickle(root / str(data_cfg.get("dict") or "dict.pkl"))
+    if not isinstance(words, dict) or not all(isinstance(i, int) for i in words.values()):
+        raise ValueError(f"data=cnn (top4): {root / 'dict.pkl'} is not a word -> id dict")
+    size = 1 + max(words.values())
+    vocab = [f"<id{i}>" for i in range(size)]
+    for word, i in words.items():
+        vocab[i] = _text(word)
+    vocab[0] = PAD
+    eos = words.get("EOS", words.get(b"EOS"))
+    limit, max_doc_len = data_cfg.get("limit"), data_cfg.get("max_doc_len")
+
+    def strip(ids: list[int]) -> list[int]:
+        return list(ids[:-1]) if ids and ids[-1] == eos else list(ids)
+
+    def read(prefix: str) -> list[Example]:
+        passages, questions, answers = (_load_pickle(root / f"{prefix}_{part}.pkl") for part in TOP4_PARTS)
+        if not len(passages) == len(questions) == len(answers):
+            raise ValueError(f"data=cnn (top4): {prefix}_pass/qs/ans.pkl hold {len(passages)}, {len(questions)}, "
+                             f"{len(answers)} examples; they must be aligned")
+        examples = []
+        for doc, query, answer in list(zip(passages, questions, answers))[:limit]:
+            doc = strip(doc)[:max_doc_len] if max_doc_len else strip(doc)
+            label = int(answer[0]) if isinstance(answer, (list, tuple)) else int(answer)
+            if not 0 <= label < size or any(not 0 <= int(i) < size for i in doc):
+                raise ValueError(f"data=cnn (top4): {prefix}: an id outside dict.pkl's 0..{size - 1}")
+            candidates = sorted({int(i) for i in doc if "@entity" in vocab[int(i)]} | {label})
+            examples.append(Example(torch.tensor(doc, dtype=torch.int32), torch.tensor(strip(query), dtype=torch.int32),
+                                    label, candidates))
+        return examples
+
+    splits = {"train": read(files["train"]), "valid": read(files["valid"])}
+    has_test = (root / f"{files['test']}_pass.pkl").is_file()
+    splits["test"] = read(files["test"]) if has_test else splits["valid"]
+    info = {"layout": "top4", "test_split": files["test"] if has_test else f"{files['valid']} (no test files)"}
+    return ReaderData(vocab, size, splits, answer_ids=list(range(size)), info=info)
 
 
 # Generated data -----------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
+from ..base import check_int, read_lines
+
 CAPTIONS_PER_IMAGE = 5
 PAD, UNK = "<pad>", "<unk>"
 COCO_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
@@ -51,7 +53,12 @@ def _encoder(vocab: list[str]):
 
 # Real data: COCO in the order-embedding layout ------------------------------------------------------
 def read_coco_split(root: Path, name: str) -> tuple[list[list[str]], np.ndarray]:
-    """(captions as lowercased word lists, image features) of one split; checks the 5-per-image layout."""
+    """(captions as lowercased word lists, image features) of one split; checks the 5-per-image layout.
+
+    One caption per line, lines split at "\\n" only (as ivendrov's reader): a stray "\\r" or U+2028
+    inside a caption is whitespace, an empty line is an empty caption (it keeps its place, so the
+    captions after it stay with their images); only empty lines at the end of the file are dropped.
+    """
     caps_path, ims_path = root / f"{name}_caps.txt", root / f"{name}_ims.npy"
     for path in (caps_path, ims_path):
         if not path.is_file():
@@ -59,9 +66,18 @@ def read_coco_split(root: Path, name: str) -> tuple[list[list[str]], np.ndarray]
                 f"data=coco: {path} not found; set data.root to a folder with {{train,dev,test}}_caps.txt and "
                 "{train,dev,test}_ims.npy (build the .npy files with scripts/extract_coco_features.py)"
             )
-    captions = [line.lower().split() for line in caps_path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    images = np.load(ims_path)
-    if images.ndim != 2 or len(captions) != CAPTIONS_PER_IMAGE * images.shape[0]:
+    lines = read_lines(caps_path)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise ValueError(f"data=coco: {caps_path} is empty: want {CAPTIONS_PER_IMAGE} captions per image, one per line")
+    captions = [line.lower().split() for line in lines]
+    try:
+        images = np.load(ims_path, allow_pickle=False)
+    except (ValueError, EOFError, OSError) as e:  # truncated, empty, pickled or not an .npy at all
+        raise ValueError(f"data=coco: {ims_path} is not a readable .npy array ({type(e).__name__}: {' '.join(str(e).split())}); "
+                         "rebuild it with scripts/extract_coco_features.py") from e
+    if images.ndim != 2 or images.dtype.kind not in "fiu" or len(captions) != CAPTIONS_PER_IMAGE * images.shape[0]:
         raise ValueError(
             f"data=coco: {caps_path.name} has {len(captions)} captions but {ims_path.name} has shape "
             f"{images.shape}; want {CAPTIONS_PER_IMAGE} consecutive captions per image row"
@@ -74,8 +90,14 @@ def load_coco(data_cfg: Mapping[str, Any]) -> RetrievalData:
     data.max_len cuts captions after that many words."""
     if not data_cfg.get("root"):
         raise ValueError("data=coco needs data.root: the folder with {train,dev,test}_caps.txt and _ims.npy")
+    check_int(data_cfg, "max_len", 1, optional=True, name="data.max_len")
+    check_int(data_cfg, "vocab_size", 2, optional=True, name="data.vocab_size")
     root = Path(str(data_cfg["root"])).expanduser()
     raw = {split: read_coco_split(root, name) for split, name in COCO_SPLITS.items()}
+    dims = {f"{name}_ims.npy": raw[split][1].shape[1] for split, name in COCO_SPLITS.items()}
+    if len(set(dims.values())) > 1:
+        raise ValueError(f"data=coco: the image features differ in size between splits ({dims}); "
+                         "build all three with the same scripts/extract_coco_features.py settings")
     max_len = data_cfg.get("max_len")
     counts = Counter(w for caption in raw["train"][0] for w in caption)
     ranked = sorted(counts, key=lambda w: (-counts[w], w))

@@ -7,31 +7,51 @@ Beam search keeps K hypotheses per sentence in one (B*K)-row batch. A finished h
 in its beam with a frozen score (it may only "emit" EOS at no cost), so finished and open ones
 compete on the same raw log-probability; the winner per sentence is picked at the end by
 score / length**length_penalty (fairseq's normalization; 0 = raw score, 1 = per-token average).
+Open hypotheses can push a finished one out of the beam (their raw score is still higher); it is
+not lost: the best finished hypothesis of each sentence is also kept aside, and wins at the end
+when its normalized score beats every hypothesis left in the beam.
+
+Output length is at most min(a * source length + b, cap) tokens (`max_length`): the cap bounds
+decoding time when a source line is absurdly long. Both decoders take `should_stop`, asked once
+per decoding step; when it returns True they raise EvaluationInterrupted.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
+from ..base import EvaluationInterrupted
 from .vocab import BOS, EOS, PAD
+
+#: the absolute output length cap (tokens) when task.decode.max_len is not set
+DEFAULT_MAX_DECODE_LEN = 256
 
 
 def _reorder(state: dict[str, Tensor], idx: Tensor) -> dict[str, Tensor]:
     return {k: v.index_select(0, idx) for k, v in state.items()}
 
 
-def max_length(src_mask: Tensor, a: float, b: int) -> int:
-    """Decoding stops after a * (longest source) + b tokens."""
-    return int(a * int(src_mask.sum(1).max()) + b)
+def max_length(src_mask: Tensor, a: float, b: int, cap: int = DEFAULT_MAX_DECODE_LEN) -> int:
+    """Decoding stops after min(a * (longest source) + b, cap) tokens."""
+    return min(int(a * int(src_mask.sum(1).max()) + b), int(cap))
+
+
+def _check(should_stop: Callable[[], bool] | None) -> None:
+    if should_stop is not None and should_stop():
+        raise EvaluationInterrupted("decoding stopped early: a stop was requested")
 
 
 @torch.no_grad()
-def greedy(model: nn.Module, src: Tensor, src_mask: Tensor, max_len: int) -> list[list[int]]:
+def greedy(model: nn.Module, src: Tensor, src_mask: Tensor, max_len: int,
+           should_stop: Callable[[], bool] | None = None) -> list[list[int]]:
     """Argmax decoding; token lists without BOS, cut before EOS."""
     state = model.encode(src, src_mask)
     prefix = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     for _ in range(max_len):
+        _check(should_stop)
         log_probs, state = model.decode_step(state, prefix)
         nxt = log_probs.argmax(-1).masked_fill(done, PAD)
         prefix = torch.cat([prefix, nxt[:, None]], 1)
@@ -43,8 +63,10 @@ def greedy(model: nn.Module, src: Tensor, src_mask: Tensor, max_len: int) -> lis
 
 @torch.no_grad()
 def beam_search(model: nn.Module, src: Tensor, src_mask: Tensor, beam: int, max_len: int,
-                length_penalty: float = 1.0) -> list[list[int]]:
+                length_penalty: float = 1.0, should_stop: Callable[[], bool] | None = None) -> list[list[int]]:
     """Best hypothesis per sentence (token lists without BOS, cut before EOS)."""
+    if beam < 1:
+        raise ValueError(f"beam must be at least 1, got {beam}")
     b, k, dev = src.size(0), beam, src.device
     state = _reorder(model.encode(src, src_mask), torch.arange(b, device=dev).repeat_interleave(k))
     prefix = torch.full((b * k, 1), BOS, dtype=torch.long, device=dev)
@@ -52,7 +74,11 @@ def beam_search(model: nn.Module, src: Tensor, src_mask: Tensor, beam: int, max_
     scores[:, 0] = 0.0  # all K rows start identical: expand only the first
     done = torch.zeros(b * k, dtype=torch.bool, device=dev)
     lengths = torch.zeros(b * k, device=dev)  # tokens generated, EOS included
+    # the best finished hypothesis per sentence, kept even after open ones push it out of the beam
+    kept_score = torch.full((b,), float("-inf"), device=dev)
+    kept = torch.full((b, max_len + 1), PAD, dtype=torch.long, device=dev)
     for _ in range(max_len):
+        _check(should_stop)
         log_probs, state = model.decode_step(state, prefix)
         log_probs = log_probs.float()
         v = log_probs.size(-1)
@@ -70,11 +96,24 @@ def beam_search(model: nn.Module, src: Tensor, src_mask: Tensor, beam: int, max_
         done = was_done | (tokens == EOS)
         prefix = torch.cat([prefix.index_select(0, rows), tokens[:, None]], 1)
         state = _reorder(state, rows)
+        finished_now = (done & ~was_done).view(b, k)
+        if finished_now.any():
+            norm = (scores / lengths.view(b, k).clamp(min=1) ** length_penalty).masked_fill(~finished_now, float("-inf"))
+            top, arg = norm.max(1)
+            better = top > kept_score
+            kept_score = torch.where(better, top, kept_score)
+            chosen = prefix.index_select(0, arg + torch.arange(b, device=dev) * k)
+            kept[better, : prefix.size(1)] = chosen[better]
         if done.all():
             break
-    norm = scores.view(-1) / lengths.clamp(min=1) ** length_penalty
-    best = norm.view(b, k).argmax(1) + torch.arange(b, device=dev) * k
-    return [_cut(row) for row in prefix.index_select(0, best)[:, 1:].tolist()]
+    norm = (scores.view(-1) / lengths.clamp(min=1) ** length_penalty).view(b, k)
+    best = norm.argmax(1)
+    best_norm = norm.gather(1, best[:, None]).squeeze(1)
+    out = prefix.index_select(0, best + torch.arange(b, device=dev) * k)[:, 1:].tolist()
+    # a finished hypothesis pushed out of the beam wins when it is strictly better than all that is left
+    use_kept = (kept_score > best_norm).tolist()
+    kept_rows = kept[:, 1:].tolist()
+    return [_cut(kept_rows[i] if use_kept[i] else out[i]) for i in range(b)]
 
 
 def _cut(tokens: list[int]) -> list[int]:

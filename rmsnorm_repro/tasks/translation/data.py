@@ -3,13 +3,15 @@
 `load_corpus` turns the data config into raw sentences: {train, valid, tests{name: split}}.
 `TranslationData` trains/loads the joint BPE vocabulary, encodes every split once (cached under
 paths.cache_dir), drops training pairs over the length limit and cuts the training set into
-length buckets. `train_batch(step, rank, world_size)` is a pure function of (seed, step): the
+length buckets. Valid and test sentences are cut to task.decode.max_eval_len subwords per side
+(default DEFAULT_MAX_EVAL_LEN, with a warning when it happens): a stray 100k-character line would
+otherwise make every evaluation batch it lands in cost minutes; BLEU still scores the whole reference. `train_batch(step, rank, world_size)` is a pure function of (seed, step): the
 batches of epoch e are the fixed buckets in the order of a permutation seeded by (seed, e).
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +21,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..base import read_lines as read_file_lines
 from . import synthetic
 from .vocab import BOS, EOS, PAD, Vocab, build_vocab, corpus_hash
 
 Pair = tuple[list[str], list[str]]  # (source sentences, target sentences), aligned
+#: valid/test sentences are cut to this many subwords per side when task.decode.max_eval_len is not set
+DEFAULT_MAX_EVAL_LEN = 1024
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,28 +49,55 @@ def load_corpus(cfg: Mapping[str, Any]) -> Corpus:
         s = synthetic.generate(cfg["task"]["synthetic"])
         return Corpus(s["train"], s["valid"], {"test": s["test"]}, {"data": "synthetic"})
     if name == "text":
-        return _text_corpus(data)
-    if name == "multi30k":
-        return _multi30k(data, cfg["paths"])
-    if name == "wmt14":
-        return _wmt14(data, cfg["paths"])
-    raise ValueError(f"data={name} is not a translation data set; choose synthetic, text, multi30k or wmt14")
+        corpus = _text_corpus(data)
+    elif name == "multi30k":
+        corpus = _multi30k(data, cfg["paths"])
+    elif name == "wmt14":
+        corpus = _wmt14(data, cfg["paths"])
+    else:
+        raise ValueError(f"data={name} is not a translation data set; choose synthetic, text, multi30k or wmt14")
+    _check_corpus(corpus, f"data={name}")
+    return corpus
 
 
-def read_lines(root: str | os.PathLike, split: str, lang: str) -> list[str]:
-    """<root>/<split>.<lang>, plain or .gz; one sentence per line (trailing newline stripped)."""
+def _check_corpus(corpus: Corpus, where: str) -> None:
+    """Every split has sentences and training has a pair with text on both sides (text files are
+    checked file by file in _text_pair; this catches the same in hub sets)."""
+    for split, (src, _) in (("train", corpus.train), ("valid", corpus.valid), *corpus.tests.items()):
+        if not src:
+            raise ValueError(f"{where}: the {split} split is empty")
+    if not _has_text(corpus.train):
+        raise ValueError(f"{where}: no training sentence pair has text on both sides")
+
+
+def _has_text(pair: Pair) -> bool:
+    return any(s.strip() and t.strip() for s, t in zip(*pair))
+
+
+def _find(root: str | os.PathLike, split: str, lang: str) -> Path:
     base = Path(os.path.expanduser(str(root))) / f"{split}.{lang}"
-    for path, opener in ((base, open), (base.with_name(base.name + ".gz"), gzip.open)):
+    for path in (base, base.with_name(base.name + ".gz")):
         if path.exists():
-            with opener(path, "rt", encoding="utf-8") as f:
-                return [line.rstrip("\r\n") for line in f]
+            return path
     raise FileNotFoundError(f"missing {base}[.gz]: check data.root, data.src/data.tgt and the split names")
 
 
-def _text_pair(root: str, split: str, src: str, tgt: str) -> Pair:
-    s, t = read_lines(root, split, src), read_lines(root, split, tgt)
+def read_lines(root: str | os.PathLike, split: str, lang: str) -> list[str]:
+    """<root>/<split>.<lang>, plain or .gz; one sentence per line, lines split on "\\n" only (as
+    `wc -l`: a stray "\\r" inside a line cannot shift the file against its other side)."""
+    return read_file_lines(_find(root, split, lang))
+
+
+def _text_pair(root: str, split: str, src: str, tgt: str, train: bool = False) -> Pair:
+    src_path, tgt_path = _find(root, split, src), _find(root, split, tgt)
+    s, t = read_file_lines(src_path), read_file_lines(tgt_path)
     if len(s) != len(t):
         raise ValueError(f"{root}/{split}: {len(s)} {src} lines but {len(t)} {tgt} lines; files must be aligned")
+    if not s:
+        raise ValueError(f"{src_path} and {tgt_path} are empty: the {split} split needs at least one sentence pair")
+    if train and not _has_text((s, t)):
+        raise ValueError(f"{src_path} and {tgt_path} have no sentence pair with text on both sides "
+                         "(every line is blank on one side or the other)")
     return s, t
 
 
@@ -81,8 +114,8 @@ def _text_corpus(data: Mapping[str, Any]) -> Corpus:
     splits = _test_splits(data)
     # One test split is reported as test_bleu; several as <split>_bleu each.
     tests = {("test" if len(splits) == 1 else s): _text_pair(root, s, src, tgt) for s in splits}
-    return Corpus(_text_pair(root, data["train"], src, tgt), _text_pair(root, data["valid"], src, tgt), tests,
-                  {"data": f"text:{root}"})
+    return Corpus(_text_pair(root, data["train"], src, tgt, train=True), _text_pair(root, data["valid"], src, tgt),
+                  tests, {"data": f"text:{root}"})
 
 
 def _multi30k(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
@@ -90,11 +123,18 @@ def _multi30k(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
         return _text_corpus(data)
     import datasets
 
+    cache = Path(paths["data_dir"]) / "hf"
     try:
-        hub = datasets.load_dataset("bentrevett/multi30k", cache_dir=str(Path(paths["data_dir"]) / "hf"))
+        hub = datasets.load_dataset("bentrevett/multi30k", cache_dir=str(cache))
     except Exception as e:  # offline, hub down: say what to do instead
-        raise FileNotFoundError(f"data=multi30k: cannot load 'bentrevett/multi30k' from the hub ({type(e).__name__}); "
-                           "set data.root to a folder of train/val .en/.de[.gz] text files") from e
+        or_root = "or set data.root to a folder of train/val .en/.de[.gz] text files"
+        if hub_offline():
+            raise FileNotFoundError(
+                f"data=multi30k: 'bentrevett/multi30k' is not in the cache {cache} and the hub is switched off "
+                f"(HF_HUB_OFFLINE=1 / HF_DATASETS_OFFLINE=1); run `make data-multi30k` once where there is network "
+                f"(it fills data/hf, the cache of the default paths.data_dir), {or_root}") from e
+        raise FileNotFoundError(f"data=multi30k: cannot download 'bentrevett/multi30k' from the hub ({_why(e)}); "
+                                f"this needs network once (the copy is then cached in {cache}), {or_root}") from e
     src, tgt = data["src"], data["tgt"]
     pair = lambda d: (list(d[src]), list(d[tgt]))  # noqa: E731
     return Corpus(pair(hub["train"]), pair(hub["validation"]), {"test": pair(hub["test"])}, {"data": "hub:bentrevett/multi30k"})
@@ -107,12 +147,16 @@ def _wmt14(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
     import datasets
 
     root = ensure_wmt14(data.get("root") or Path(paths["data_dir"]) / "wmt14", Path(paths["data_dir"]) / "hf")
-    ds = datasets.load_from_disk(str(root))
     src, tgt = data["src"], data["tgt"]
+    try:  # a truncated or foreign .arrow file is pyarrow's OSError / ArrowInvalid, a missing split a KeyError
+        ds = datasets.load_from_disk(str(root))
+        rows = {split: ds[split]["translation"] for split in ("train", "validation", "test")}
+    except Exception as e:
+        raise ValueError(f"data=wmt14: the saved copy in {root} cannot be read ({_why(e)}); delete it and run "
+                         "`make data-wmt14` again where there is network") from e
 
     def pair(split: str) -> Pair:
-        rows = ds[split]["translation"]
-        return [r[src] for r in rows], [r[tgt] for r in rows]
+        return [r[src] for r in rows[split]], [r[tgt] for r in rows[split]]
 
     test14 = pair("test")
     info = {"data": f"wmt14:{root}", "test14": f"newstest2014 full ({len(test14[0])} lines, hub wmt/wmt14 de-en)",
@@ -129,24 +173,49 @@ def ensure_wmt14(root: str | os.PathLike, hf_cache: str | os.PathLike) -> Path:
     import datasets
 
     root = Path(os.path.expanduser(str(root)))
+    # Offline (the hub switched off, as `make` runs training): `make data-wmt14` is the fix. Online but
+    # unreachable (which is how `make data-wmt14` itself fails): the network is, not another make call.
+    offline_fix = "run `make data-wmt14` once where there is network (it saves the copy there), or set data.root"
     if not (root / "dataset_dict.json").exists():
         try:
             hub = datasets.load_dataset("wmt/wmt14", "de-en", cache_dir=str(hf_cache))
         except Exception as e:  # offline, hub down: say what to do instead
-            raise FileNotFoundError(f"data=wmt14: no saved copy in {root} and the hub is unreachable ({type(e).__name__}); "
-                               "run `make data-wmt14` where there is network, or set data.root") from e
+            if hub_offline():
+                raise FileNotFoundError(f"data=wmt14: no saved copy in {root} and the hub is switched off "
+                                        f"(HF_HUB_OFFLINE=1 / HF_DATASETS_OFFLINE=1); {offline_fix}") from e
+            raise FileNotFoundError(f"data=wmt14: no saved copy in {root} and downloading 'wmt/wmt14' failed "
+                                    f"({_why(e)}); this needs network: check the connection or proxy, or set "
+                                    "data.root to a saved copy") from e
         hub.save_to_disk(str(root))
     if not (root / "newstest2017.en").exists() or not (root / "newstest2017.de").exists():
-        from sacrebleu.utils import get_reference_files, get_source_file
+        from sacrebleu import utils as sacrebleu_utils
 
         try:
-            files = {"en": get_source_file("wmt17", "en-de"), "de": get_reference_files("wmt17", "en-de")[0]}
+            files = {"en": sacrebleu_utils.get_source_file("wmt17", "en-de"),
+                     "de": sacrebleu_utils.get_reference_files("wmt17", "en-de")[0]}
         except Exception as e:
+            fix = offline_fix if hub_offline() else "this needs network once: check the connection or proxy"
             raise FileNotFoundError(f"data=wmt14: newstest2017 is not in {root} and sacrebleu cannot download it "
-                               f"({type(e).__name__}); run `make data-wmt14` where there is network") from e
+                                    f"({_why(e)}); {fix}") from e
         for lang, path in files.items():
-            (root / f"newstest2017.{lang}").write_text(Path(path).read_text(encoding="utf-8"), encoding="utf-8")
+            # bytes as they are: a text-mode copy would turn a stray CR inside a line into a line break
+            tmp = root / f"newstest2017.{lang}.tmp{os.getpid()}"
+            tmp.write_bytes(Path(path).read_bytes())
+            os.replace(tmp, root / f"newstest2017.{lang}")
     return root
+
+
+def hub_offline() -> bool:
+    """The Hugging Face hub is switched off by the environment (what `make` sets for training runs)."""
+    return any(os.environ.get(var, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+               for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def _why(err: BaseException) -> str:
+    """An exception as a short one-line reason: "ConnectionError: Couldn't reach ..." (cut at 160 chars)."""
+    text = " ".join(str(err).split())
+    text = text[:157] + "..." if len(text) > 160 else text
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 # Encoded splits -----------------------------------------------------------------------------
@@ -221,7 +290,7 @@ def make_buckets(src_len: np.ndarray, tgt_len: np.ndarray, by: str, size: int) -
     if by == "sentences":
         return [order[i: i + size] for i in range(0, len(order), size)]
     if by != "tokens":
-        raise ValueError(f"task.batching must be 'sentences' or 'tokens', got {by!r}")
+        raise ValueError(f"batching must be 'sentences' or 'tokens' (the task class's), got {by!r}")
     cost = np.maximum(src_len, tgt_len)[order] + 1
     if cost.max() > size:
         raise ValueError(f"train.batch_tokens={size} is smaller than the longest sentence ({cost.max()} tokens)")
@@ -257,8 +326,10 @@ class TranslationData:
         if len(keep) == 0:
             raise ValueError(f"no training pair has 1..{self.max_len} subwords per side; raise task.max_len")
         self.train = train if len(keep) == len(train) else subset(train, keep)
-        self.valid_text, self.valid = corpus.valid, Encoded(*map(self.vocab.encode, corpus.valid))
-        self.tests = {name: (pair, Encoded(*map(self.vocab.encode, pair))) for name, pair in corpus.tests.items()}
+        cut = (cfg["task"].get("decode") or {}).get("max_eval_len")
+        cut = DEFAULT_MAX_EVAL_LEN if cut is None else int(cut)
+        self.valid_text, self.valid = corpus.valid, self._encode_eval("valid", corpus.valid, cut)
+        self.tests = {name: (pair, self._encode_eval(name, pair, cut)) for name, pair in corpus.tests.items()}
 
         self.seed = int(cfg["seed"])
         self.buckets = make_buckets(self.train.src_len, self.train.tgt_len, batching, int(batch_size))
@@ -272,6 +343,17 @@ class TranslationData:
         torch.save(enc.state(), tmp)
         os.replace(tmp, path)
         return enc
+
+    def _encode_eval(self, name: str, pair: Pair, cut: int) -> Encoded:
+        """An evaluation split, each side cut to `cut` subwords (said once in the log when any is)."""
+        sides = [self.vocab.encode(pair[0]), self.vocab.encode(pair[1])]
+        for side, label in zip(sides, ("source", "target")):
+            longer = [len(ids) for ids in side if len(ids) > cut]
+            if longer:
+                log.warning(f"{name}: {len(longer)} {label} sentence(s) longer than {cut} subwords (longest "
+                            f"{max(longer)}) cut to {cut} for decoding and the valid loss (task.decode.max_eval_len)")
+                side[:] = [ids[:cut] for ids in side]
+        return Encoded(*sides)
 
     def batch_indices(self, step: int) -> np.ndarray:
         """Sentence indices of the global batch of `step`: bucket perm_e[step mod n], e = epoch."""

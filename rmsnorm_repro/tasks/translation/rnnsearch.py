@@ -9,8 +9,10 @@
     output   deep output: tanh(N(W1 h + b1) + N(W2 y_{t-1} + b2) + N(W3 c + b3)) -> vocabulary projection
 
 Every N is `norms.act(...)`, every projection `norms.linear(...)`; the GRUs are `NormGRUCell`s with
-the authors' four norms. Biases are added before the norms. This follows Nematus-TF (the paper's
-Table 2 toolkit); choices of ours, all documented: the first decoder input is the BOS embedding
+the authors' four norms. Biases are added before the norms: on the input side in GRU1 and the
+encoder, on the state side in GRU2 (Nematus v0.3 model.py builds GRU2 with nematus_compat=True,
+which adds its gate and candidate biases to U h before the state norms). This follows Nematus-TF
+(the paper's Table 2 toolkit); choices of ours, all documented: the first decoder input is the BOS embedding
 (Nematus uses a zero vector), and dropout sits at a subset of Nematus' sites: on the embeddings and
 on the recurrent states of every GRU (one mask per sequence, shared over time, Gal & Ghahramani) and
 before the vocabulary projection.
@@ -105,7 +107,7 @@ class RNNSearch(nn.Module):
         self.init_state = NormFeedForward(2 * H, H, norms)
         self.gru1 = NormGRUCell(E, H, norms)
         self.attention = Attention(2 * H, H, 2 * H, norms)
-        self.gru2 = NormGRUCell(2 * H, H, norms)
+        self.gru2 = NormGRUCell(2 * H, H, norms, bias_on="state")  # Nematus' nematus_compat=True
         self.out_state = NormFeedForward(H, E, norms)
         self.out_prev = NormFeedForward(E, E, norms)
         self.out_ctx = NormFeedForward(2 * H, E, norms)
@@ -185,17 +187,31 @@ class RNNSearch(nn.Module):
         return log_probs, {**state, "h": h}
 
     @torch.no_grad()
-    def recurrent_input_moments(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> Tensor:
+    def recurrent_input_moments(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor,
+                                where: str = "post_norm") -> Tensor:
         """Table 5: moments of the decoder's first GRU's hidden-to-hidden summed inputs.
 
-        The summed inputs are s = [U_r; U_z; U_c] h_{t-1} (the state->gates and state->candidate
-        projections of GRU1, before their norms), 3H values per target token. Returns (5, 3):
-        rows target positions 1, 2, 3, 4 and all positions; columns count, sum, sum of squares over
-        real tokens (tgt_mask). Sum over batches, then mean = sum/count, std = sqrt(sumsq/count - mean^2).
+        where="post_norm" (the default): [N3(U_g h_{t-1}), N4(U_c h_{t-1})], GRU1's state->gates and
+        state->candidate summed inputs after their norms (gain and offset included); "pre_norm":
+        s = [U_r; U_z; U_c] h_{t-1} before them. Under norm=none both are the same. 3H values per
+        target token. Returns (5, 3): rows target positions 1, 2, 3, 4 and all positions; columns
+        count, sum, sum of squares over real tokens (tgt_mask), pooled over tokens and units. Sum
+        over batches, then mean = sum/count, std = sqrt(sumsq/count - mean^2).
+
+        Why post_norm: the paper's LayerNorm row has M about -0.5 (not 0) and LayerNorm and RMSNorm
+        have the same S (1.51 and 1.50 at every position from 2 on). Values after a norm are set by
+        its gain and offset, so both fit; before a scale-invariant norm the scale of U h is free.
+        The authors' statistics script is not public, so this is our reading (docs/recipes.md).
         """
+        if where not in ("post_norm", "pre_norm"):
+            raise ValueError(f"task.table5_stat must be post_norm or pre_norm, got {where!r}")
         with parametrize.cached():
             *_, summed = self._teacher_forced(src, src_mask, tgt_in)
-        s = torch.stack(summed, 1).double()  # (B, T, 3H)
+            s = torch.stack(summed, 1)  # (B, T, 3H)
+            if where == "post_norm":
+                gates, cand = s.split([2 * self.hidden_size, self.hidden_size], dim=-1)
+                s = torch.cat([self.gru1.norm_state_gates(gates), self.gru1.norm_state_cand(cand)], -1)
+        s = s.double()
         m = tgt_mask[:, : s.shape[1]].unsqueeze(-1).to(s.dtype)
         count = m.expand_as(s).sum(dim=(0, 2))  # per position
         total, squares = (s * m).sum(dim=(0, 2)), (s.pow(2) * m).sum(dim=(0, 2))

@@ -7,8 +7,13 @@ decode.valid_sentences sentences (all when null), loss per target token on the w
 (the runner logs it as valid_loss). evaluate("test") -> "<test>_bleu" and "<test>_sentences" per
 configured test split (test14 and test17 for WMT14, test otherwise) with decode.beam, plus
 "valid_beam_bleu" on the whole valid set.
-The sacreBLEU signature is the attribute `bleu_signature`; provenance (e.g. which newstest2014
-variant) is `data_info`.
+provenance() gives summary.json the sacreBLEU signature and `data_info` (the data variant, e.g.
+which newstest2014, and the test sets' sizes).
+Hypotheses are at most min(decode.max_len_a * source length + decode.max_len_b, decode.max_len)
+tokens long (decode.max_len defaults to beam.DEFAULT_MAX_DECODE_LEN), from sources of at most
+decode.max_eval_len subwords (data.DEFAULT_MAX_EVAL_LEN; see data.py); every decode/eval key is
+checked when the task is built (check_config), and evaluation stops between batches (and between
+decoding steps) once `stop_requested()` says so.
 """
 from __future__ import annotations
 
@@ -20,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..base import Task
-from .beam import beam_search, greedy, max_length
+from ..base import Task, check_int, check_number, setting
+from .beam import DEFAULT_MAX_DECODE_LEN, beam_search, greedy, max_length
 from .bleu import corpus_bleu
 from .rnnsearch import SUPPORTED_NORMS
 from .data import Encoded, TranslationData, eval_batches, subset
@@ -41,6 +46,28 @@ class TranslationTask(Task):
         self.vocab = self.data.vocab
         self.data_info = dict(self.data.info)
         self.bleu_signature = corpus_bleu(["x"], ["x"])[1]  # fixed by the metric's settings
+
+    def provenance(self) -> dict:
+        return {"bleu_signature": self.bleu_signature, "data_info": self.data_info}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Decode/eval settings (and the two loss settings), checked before the corpus is read."""
+        check_int(cfg, "task.max_len", 1)
+        check_number(cfg, "task.label_smoothing", 0.0, 1.0, high_open=True)
+        for key in ("beam", "valid_beam", "batch_size"):
+            check_int(cfg, f"task.decode.{key}", 1)
+        check_int(cfg, "task.decode.valid_sentences", 1, optional=True)
+        check_number(cfg, "task.decode.length_penalty", 0.0)
+        check_number(cfg, "task.decode.max_len_a", 0.0)
+        check_int(cfg, "task.decode.max_len_b", 0)
+        check_int(cfg, "task.decode.max_len", 1, optional=True)
+        check_int(cfg, "task.decode.max_eval_len", 1, optional=True)
+        for split in ("train", "valid", "test"):  # data=synthetic: an empty split would fail at evaluation
+            check_int(cfg, f"task.synthetic.{split}", 1)
+        if setting(cfg, "task.decode.max_len_a") == 0 and setting(cfg, "task.decode.max_len_b") == 0:
+            raise ValueError("task.decode.max_len_a and task.decode.max_len_b are both 0: decoding would stop "
+                             "before the first token; make either positive")
 
     def model_class(self) -> type[nn.Module]:
         raise NotImplementedError
@@ -83,13 +110,17 @@ class TranslationTask(Task):
     def translate(self, model: nn.Module, enc: Encoded, beam: int) -> list[str]:
         """Detokenized translations of every source sentence of a split, in corpus order."""
         dec = self.cfg.task.decode
+        cap = dec.get("max_len")
+        cap = DEFAULT_MAX_DECODE_LEN if cap is None else int(cap)
         hyps: list[list[int]] = [[] for _ in range(len(enc))]
         for idx, b in eval_batches(enc, int(dec.batch_size), self.device):
-            max_len = max_length(b["src_mask"], float(dec.max_len_a), int(dec.max_len_b))
+            self.check_stop()
+            max_len = max_length(b["src_mask"], float(dec.max_len_a), int(dec.max_len_b), cap)
             if beam == 1:
-                out = greedy(model, b["src"], b["src_mask"], max_len)
+                out = greedy(model, b["src"], b["src_mask"], max_len, should_stop=self.stop_requested)
             else:
-                out = beam_search(model, b["src"], b["src_mask"], beam, max_len, float(dec.length_penalty))
+                out = beam_search(model, b["src"], b["src_mask"], beam, max_len, float(dec.length_penalty),
+                                  should_stop=self.stop_requested)
             for i, h in zip(idx, out):
                 hyps[i] = h
         return self.vocab.decode(hyps)
@@ -98,6 +129,7 @@ class TranslationTask(Task):
         """Mean negative log-likelihood per target token (no label smoothing), teacher forced."""
         total, count = 0.0, 0
         for _, b in eval_batches(enc, int(self.cfg.task.decode.batch_size), self.device):
+            self.check_stop()
             logits = model(b["src"], b["src_mask"], b["tgt_in"])
             total += float(F.cross_entropy(logits.flatten(0, 1).float(), b["tgt_out"].flatten(), ignore_index=PAD, reduction="sum"))
             count += int(b["tgt_mask"].sum())
@@ -129,6 +161,13 @@ class RNNSearchTask(TranslationTask):
 
         return RNNSearch
 
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        super().check_config(cfg)
+        where = (cfg.get("task") or {}).get("table5_stat")  # absent or null: post_norm
+        if where not in (None, "post_norm", "pre_norm"):
+            raise ValueError(f"task.table5_stat must be post_norm or pre_norm, got {where!r}")
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
         out = super().evaluate(model, split)
@@ -138,10 +177,13 @@ class RNNSearchTask(TranslationTask):
 
     def table5(self, model: nn.Module) -> dict[str, float]:
         """Mean and std of the decoder GRU's hidden-to-hidden summed inputs on the valid set, at
-        target positions 1..4 and over all positions (the paper's Table 5)."""
+        target positions 1..4 and over all positions (the paper's Table 5). task.table5_stat:
+        post_norm (default: after GRU1's state norms) or pre_norm (RNNSearch.recurrent_input_moments)."""
+        where = str(self.cfg.task.get("table5_stat") or "post_norm")
         acc = torch.zeros(5, 3, dtype=torch.float64)
         for _, b in eval_batches(self.data.valid, int(self.cfg.task.decode.batch_size), self.device):
-            acc += model.recurrent_input_moments(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"]).double().cpu()
+            self.check_stop()
+            acc += model.recurrent_input_moments(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"], where).double().cpu()
         out = {}
         for row, label in enumerate(("1", "2", "3", "4", "all")):
             count, total, squares = acc[row].tolist()

@@ -1,0 +1,173 @@
+"""Issue 15, report: broken run files are one clear error naming the file, empty and unfinished runs
+are counted as such, and step times carry their spread (the median's 95% interval) into the
+speed-ups and the speed claims ("within noise" when the interval holds 0)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rmsnorm_repro.report import aggregate, claims, tables
+from rmsnorm_repro.report.__main__ import main as report_main
+
+ENV = {"torch": "2.14.1", "device": "cpu", "threads": 1}
+
+
+def write_run(root: Path, norm: str, seed: int, *, task: str = "transformer", s: float = 100.0,
+              ci: list[float] | None = None, status: str = "completed", final: dict | None = None,
+              name: str | None = None) -> Path:
+    """A run directory as the runner writes it; `ci` adds the new timing keys (median, quartiles, CI)."""
+    run = root / (name or f"{task}-{norm}-s{seed}")
+    run.mkdir(parents=True)
+    config = {"seed": seed, "task": {"name": task}, "norm": {"name": norm, "p": 1.0}, "data": {"name": "synthetic"},
+              "scale": {"name": "mini"}, "train": {"steps": 100}}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "wall_s": k * 0.1, "loss": 5.0 / k}) + "\n"
+                                               for k in (10, 20, 30)))
+    summary = {"task": task, "norm": norm, "p": 1.0, "seed": seed, "status": status, "steps": 100,
+               "step_ms_median": s, "step_ms_mean": s * 1.3, "s_per_1k_steps": s,
+               "final": {"test_bleu": 20.0} if final is None else final, "best": {}, "env": ENV}
+    if ci is not None:
+        summary.update({"step_ms_q1": s * 0.97, "step_ms_q3": s * 1.04, "s_per_1k_steps_ci95": ci})
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def page(root: Path, name: str = "table4", tmp: Path | None = None) -> str:
+    return tables.render_page(name, aggregate.load_runs(root), str(root), {}, tmp or root)
+
+
+def row(text: str, model: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith(f"| {model} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+# Item 10: broken summaries, metrics and configs --------------------------------------------------
+
+@pytest.mark.parametrize("content,what", [
+    ("[]", "a list"), ("null", "null"), ('"completed"', "a string"),
+    ('{"status": "completed", "steps": 5, "final": "oops"}', '"final" is a string'),
+    ('{"status": "completed", "steps": 5, "final": {}, "best": [1, 2]}', '"best" is a list'),
+    ('{"status": "completed", "steps": 5, "final": {}, "env": 3}', '"env" is a number'),
+    ('{"status": "completed", "steps": "many", "final": {}}', '"steps" is a string'),
+    ('{"status": "completed", "steps": 5, "final": {}, "s_per_1k_steps_ci95": [1]}', '"s_per_1k_steps_ci95"'),
+])
+def test_summary_of_the_wrong_shape_is_one_line_naming_the_file(tmp_path, capsys, content, what):
+    """Before: `[]`, `null` or a non-dict "final" ended in an AttributeError traceback (rc 1)."""
+    write_run(tmp_path / "runs", "layernorm", 1)
+    bad = write_run(tmp_path / "runs", "rmsnorm", 1) / "summary.json"
+    bad.write_text(content)
+    assert report_main([str(tmp_path / "runs"), "--table", "table4", "--out", str(tmp_path / "out"),
+                        "--figures", str(tmp_path / "fig")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bad) in err and what in err
+
+
+def test_undecodable_metrics_or_config_names_the_file(tmp_path, capsys):
+    run = write_run(tmp_path / "runs", "rmsnorm", 1, task="rnnsearch")
+    with open(run / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 40, "loss": 1.0, "note": "\xff"}\n')
+    # fig1 reads the metrics (the last training loss and the curves)
+    args = [str(tmp_path / "runs"), "--table", "fig1", "--out", str(tmp_path / "out"), "--figures", str(tmp_path / "f")]
+    assert report_main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(run / "metrics.jsonl") in err and "line 4" in err
+    (run / "metrics.jsonl").write_text('{"step": 10, "loss": 1.0}\n[1, 2]\n7\n')  # valid JSON, not objects: skipped
+    assert aggregate.load_runs(tmp_path / "runs")[0].points("loss") == [(10, 10, 1.0)]
+    (run / "config.yaml").write_text("task: [unclosed\n")
+    assert report_main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(run / "config.yaml") in err
+
+
+def test_a_status_only_summary_is_not_counted_as_a_run_with_numbers(tmp_path):
+    """Before: the row said 2 runs while its mean was over 1 value."""
+    write_run(tmp_path, "layernorm", 1, final={"test_bleu": 20.0})
+    empty = write_run(tmp_path, "layernorm", 2)
+    (empty / "summary.json").write_text('{"status": "completed"}')
+    (group,) = aggregate.group_runs(aggregate.load_runs(tmp_path))
+    assert len(group.completed) == 1 and group.stat("test_bleu").n == 1
+    assert group.status_note() == "1 of 2 (1 without numbers)"
+    assert row(page(tmp_path), "LayerNorm")[1] == "1 of 2 (1 without numbers)"
+
+
+def test_runs_in_progress_are_listed(tmp_path):
+    """Before: a run without summary.json was silently left out of the report."""
+    write_run(tmp_path, "layernorm", 1)
+    for seed in (2, 3):
+        (write_run(tmp_path, "layernorm", seed) / "summary.json").unlink()
+    (tmp_path / "crashed-at-start" / ".hydra").mkdir(parents=True)  # Hydra's files only: not a run
+    (tmp_path / "crashed-at-start" / ".hydra" / "config.yaml").write_text("task: {name: transformer}\n")
+    runs = aggregate.load_runs(tmp_path)
+    assert len(runs) == 1 and [r.path.name for r in runs.in_progress] == ["transformer-layernorm-s2",
+                                                                          "transformer-layernorm-s3"]
+    text = page(tmp_path)
+    assert "in progress: 2 runs: transformer-layernorm-s2, transformer-layernorm-s3" in text
+    assert "convpool" not in text
+    # runs of another task are not listed on this task's page
+    (write_run(tmp_path, "rmsnorm", 1, task="convpool") / "summary.json").unlink()
+    assert "transformer-layernorm-s2" in page(tmp_path) and "convpool-rmsnorm-s1" not in page(tmp_path)
+
+
+# Item 11: step times with their spread, speed-ups with an interval --------------------------------
+
+def test_old_summaries_still_read_without_an_interval(tmp_path):
+    write_run(tmp_path, "layernorm", 1, s=100.0)
+    write_run(tmp_path, "rmsnorm", 1, s=80.0)
+    groups = {g.norm: g for g in aggregate.group_runs(aggregate.load_runs(tmp_path))}
+    assert groups["rmsnorm"].time_interval() is None
+    assert aggregate.speedup_interval(groups["rmsnorm"], groups["layernorm"]) is None
+    assert row(page(tmp_path), "RMSNorm")[-1] == "80.0 (20.0%)"
+
+
+def test_a_single_run_shows_its_median_and_interval(tmp_path):
+    write_run(tmp_path, "layernorm", 1, s=100.0, ci=[95.0, 105.0])
+    write_run(tmp_path, "rmsnorm", 1, s=80.0, ci=[78.0, 82.5])
+    groups = {g.norm: g for g in aggregate.group_runs(aggregate.load_runs(tmp_path))}
+    assert groups["rmsnorm"].time_interval() == aggregate.Interval(78.0, 82.5)
+    gain = aggregate.speedup_interval(groups["rmsnorm"], groups["layernorm"])
+    assert 0.10 < gain.lo < 0.20 < gain.hi < 0.30 and not gain.holds_zero
+    text = page(tmp_path)
+    assert row(text, "LayerNorm")[-1] == "100.0 [95.0, 105.0]"
+    assert row(text, "RMSNorm")[-1] == f"80.0 [78.0, 82.5] (20.0% [{100 * gain.lo:.1f}, {100 * gain.hi:.1f}])"
+    assert "95% interval" in text
+
+
+def test_a_speedup_whose_interval_holds_zero_is_within_noise(tmp_path):
+    write_run(tmp_path, "layernorm", 1, s=100.0, ci=[95.0, 105.0])
+    write_run(tmp_path, "rmsnorm", 1, s=97.0, ci=[90.0, 106.0])
+    write_run(tmp_path, "prmsnorm", 1, s=120.0, ci=[112.0, 130.0])
+    text = page(tmp_path)
+    assert row(text, "RMSNorm")[-1].endswith("within noise)") and "(3.0% [" in row(text, "RMSNorm")[-1]
+    assert "within noise" not in row(text, "pRMSNorm")[-1] and "(-20.0% [" in row(text, "pRMSNorm")[-1]
+    speed = {c.claim: c for c in claims.speed_claims(aggregate.group_runs(aggregate.load_runs(tmp_path)))}
+    rms = speed["transformer: rmsnorm is faster per step than LayerNorm"]
+    assert rms.verdict == claims.UNSURE and "within noise" in rms.numbers and "95% interval" in rms.numbers
+    assert speed["transformer: prmsnorm is faster per step than LayerNorm"].verdict == claims.FAILS
+
+
+def test_seeds_widen_the_interval_by_their_spread(tmp_path):
+    """Over seeds the interval is a bootstrap of the mean over runs (each run drawn from its own interval)."""
+    for seed, s in ((1, 100.0), (2, 101.0), (3, 99.0)):
+        write_run(tmp_path / "tight", "layernorm", seed, s=s, ci=[s - 1.0, s + 1.0])
+    for seed, s in ((1, 80.0), (2, 120.0), (3, 100.0)):
+        write_run(tmp_path / "spread", "layernorm", seed, s=s, ci=[s - 1.0, s + 1.0])
+    tight, = aggregate.group_runs(aggregate.load_runs(tmp_path / "tight"))
+    spread, = aggregate.group_runs(aggregate.load_runs(tmp_path / "spread"))
+    a, b = tight.time_interval(), spread.time_interval()
+    assert a.lo < 100.0 < a.hi and a.hi - a.lo < 3.0
+    assert b.lo < 100.0 < b.hi and b.hi - b.lo > 15.0
+    assert spread.time_interval() == b  # deterministic: the report does not change between runs of it
+    text = page(tmp_path / "spread")
+    assert row(text, "LayerNorm")[-1] == f"100.0 ± 20.0 [{b.lo:.1f}, {b.hi:.1f}]"
+
+
+def test_a_clear_speedup_holds_with_its_interval(tmp_path):
+    for seed in (1, 2):
+        write_run(tmp_path, "layernorm", seed, s=100.0 + seed, ci=[97.0 + seed, 103.0 + seed])
+        write_run(tmp_path, "rmsnorm", seed, s=70.0 + seed, ci=[68.0 + seed, 72.0 + seed])
+    speed = {c.claim: c for c in claims.speed_claims(aggregate.group_runs(aggregate.load_runs(tmp_path)))}
+    rms = speed["transformer: rmsnorm is faster per step than LayerNorm"]
+    assert rms.verdict == claims.HOLDS and "95% interval [" in rms.numbers
