@@ -100,7 +100,8 @@ class _Run:
         """(wall ms, CPU ms of this thread) of one training step."""
         batch = self.task.train_batch(step)
         cpu = time.thread_time()
-        _, _, wall_ms = train_step(self.task, self.model, self.optimizer, batch, self.params, self.clip)
+        _, _, wall_ms = train_step(self.task, self.model, self.optimizer, batch, self.params, self.clip,
+                                   self.cfg.optim.get("clip_mode") or "global")
         return wall_ms, (time.thread_time() - cpu) * 1e3
 
 

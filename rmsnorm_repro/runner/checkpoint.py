@@ -36,17 +36,18 @@ class TrainState:
     evals_since_best: int = 0  # for early stopping
 
     def save(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             scheduler: Any, rng_ranks: list[dict[str, Any]]) -> None:
-        """rng_ranks: every rank's RNG states (one entry without DDP)."""
+             scheduler: Any, rng_ranks: list[dict[str, Any]], scaler: Any = None) -> None:
+        """rng_ranks: every rank's RNG states (one entry without DDP); scaler: fp16's GradScaler."""
         fields = dataclasses.asdict(self)
         fields["step_ms"] = torch.tensor(self.step_ms, dtype=torch.float64)
         save(path, {**fields, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(), "rng": rng_ranks[0],
-                    **({"rng_ranks": rng_ranks} if len(rng_ranks) > 1 else {})})
+                    **({"rng_ranks": rng_ranks} if len(rng_ranks) > 1 else {}),
+                    **({"scaler": scaler.state_dict()} if scaler is not None else {})})
 
     @classmethod
     def load(cls, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-             world: World, seed: int) -> TrainState:
+             world: World, seed: int, scaler: Any = None) -> TrainState:
         """Restore model, optimizer, scheduler and this rank's RNG from `path`; return the loop's state."""
         try:
             saved = load(path)
@@ -56,6 +57,8 @@ class TrainState:
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
+        if scaler is not None and "scaler" in saved:
+            scaler.load_state_dict(saved["scaler"])
         set_rng_state(saved["rng"] if world.main else _rank_rng(saved, world, seed))
         state = cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls) if f.name in saved})
         state.step_ms = saved["step_ms"].tolist()

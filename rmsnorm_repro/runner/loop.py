@@ -135,7 +135,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
             eval_model = run.raw_model if world.distributed else run.model
             eval_model.eval()
             try:
-                with torch.no_grad():
+                with torch.no_grad(), run.precision.autocast():
                     out = {k: float(v) for k, v in task.evaluate(eval_model, split).items()}
             except EvaluationInterrupted:
                 out = None
@@ -154,7 +154,8 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
         rng = distributed.gather(checkpoint.rng_state(), world)  # every rank's dropout stream, on rank 0
         if world.main:
             state.wall_s = time.perf_counter() - clock0
-            state.save(run.run_dir / "checkpoints" / "last.pt", run.raw_model, run.optimizer, run.scheduler, rng)
+            state.save(run.run_dir / "checkpoints" / "last.pt", run.raw_model, run.optimizer, run.scheduler, rng,
+                       run.precision.scaler)
 
     progress = Progress(start, total, enabled=world.main)
     run.model.train()
@@ -164,7 +165,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
             run.set_beta1(step)
             lr = run.optimizer.param_groups[0]["lr"]
             loss, n, ms = train_step(task, run.model, run.optimizer, batch, run.params, cfg.optim.clip,
-                                     run.scheduler, loss_weight)
+                                     cfg.optim.get("clip_mode") or "global", run.scheduler, loss_weight, run.precision)
 
             done = step + 1
             # the global batch's loss and size; a signal or the time budget on any rank stops all of them.

@@ -24,7 +24,7 @@ from .. import allocator
 from ..atomic import atomic_write_text
 from ..norms import Normalization, build_normalization
 from ..tasks import TASKS, Task, get_task_class
-from . import distributed
+from . import distributed, precision
 from .checkpoint import TrainState, seed_everything
 from .config import RESUMABLE_CHANGES, ConfigError, check_config, check_data_root, config_differences, scrub
 from .logs import MetricsFile, WandbLogger, log, wandb_mode
@@ -41,6 +41,7 @@ class Plan:
     norms: Normalization
     config: dict[str, Any]  # resolved, secrets scrubbed: what config.yaml and wandb get
     device: torch.device
+    precision: str  # fp32 | bf16 | fp16
     lock: RunDirLock | None  # held by rank 0 until the run ends
     resume_from: Path | None = None
     saved_config: dict[str, Any] | None = None  # the run directory's config.yaml, when it has one
@@ -60,6 +61,7 @@ class Run:
     raw_model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
+    precision: precision.Precision
     set_beta1: Callable[[int], None]
     params: list[torch.nn.Parameter]  # the trained ones, for clipping
     metrics: MetricsFile | None  # rank 0 only
@@ -92,8 +94,10 @@ def prepare(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> Pl
         raise ConfigError(f"task={cls.name} cannot train under DDP: {cls.ddp_unsupported}; run it in one process")
     # one process per run directory (under DDP, rank 0 holds it for all): taken before the directory
     # is read, so two commands can never both decide to start or resume it
+    device = resolve_device(cfg.device)
+    mixed = precision.check(cfg.train.get("precision", "fp32"), device)
     lock = RunDirLock(run_dir) if world.main else None
-    plan = Plan(cfg, run_dir, experiment, cls, norms, config, resolve_device(cfg.device), lock)
+    plan = Plan(cfg, run_dir, experiment, cls, norms, config, device, mixed, lock)
     try:
         guard_resume(plan)
     except BaseException:
@@ -122,10 +126,11 @@ def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
     total = int(cfg.train.steps)
     optimizer = build_optimizer(raw_model.parameters(), cfg.optim)
     scheduler = build_schedule(optimizer, cfg.optim, total)
+    mixed = precision.build(plan.precision, device)
 
     state = TrainState()
     if plan.resume_from is not None:
-        state = TrainState.load(plan.resume_from, raw_model, optimizer, scheduler, world, cfg.seed)
+        state = TrainState.load(plan.resume_from, raw_model, optimizer, scheduler, world, cfg.seed, mixed.scaler)
         if state.step > total:
             raise ConfigError(f"{plan.resume_from} is at step {state.step} but train.steps={total}; "
                               f"raise train.steps or choose another hydra.run.dir")
@@ -142,7 +147,7 @@ def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
         metrics = MetricsFile(plan.run_dir / "metrics.jsonl", state.step)
         wandb = WandbLogger(cfg, plan.config, plan.run_dir, plan.experiment) if cfg.logger.name == "wandb" else None
     params = [p for p in raw_model.parameters() if p.requires_grad]
-    run = Run(plan, world, device, task, model, raw_model, optimizer, scheduler,
+    run = Run(plan, world, device, task, model, raw_model, optimizer, scheduler, mixed,
               beta1_switch(optimizer, cfg.optim, total), params, metrics, wandb)
     return run, state
 
@@ -277,6 +282,7 @@ def environment(run: Run) -> dict[str, Any]:
         "impl": described.get("impl_used", described.get("impl")),  # what ran, where the norm says
         "norm": described,
         "compile": bool(run.cfg.train.compile),
+        "precision": run.plan.precision,
         "python": platform.python_version(),
         "world_size": run.world.world_size,
     }

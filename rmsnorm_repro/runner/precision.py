@@ -1,0 +1,48 @@
+"""train.precision: fp32, or mixed precision with autocast (bf16 on CPU and CUDA, fp16 on CUDA).
+
+Weights and optimizer states stay fp32; autocast runs matmuls and convolutions in the low precision.
+fp16 needs a GradScaler (its state goes into the checkpoint); bf16 has fp32's range and needs none.
+Lightning's names (32, bf16-mixed, 16-mixed) are accepted too.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, ContextManager
+
+import torch
+
+from .config import ConfigError
+
+NAMES = {"fp32": "fp32", "32": "fp32", "32-true": "fp32", "bf16": "bf16", "bf16-mixed": "bf16",
+         "fp16": "fp16", "16": "fp16", "16-mixed": "fp16"}
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class Precision:
+    name: str  # fp32 | bf16 | fp16
+    device_type: str
+    scaler: torch.amp.GradScaler | None = None
+
+    def autocast(self) -> ContextManager[Any]:
+        dtype = DTYPES[self.name]
+        return torch.autocast(self.device_type, dtype=dtype) if dtype else contextlib.nullcontext()
+
+
+def check(name: Any, device: torch.device) -> str:
+    """The canonical precision name for `name` on `device`, or ConfigError in one line."""
+    canonical = NAMES.get(str(name))
+    if canonical is None:
+        raise ConfigError(f"train.precision={name!r} is unknown; choose fp32, bf16 or fp16")
+    if canonical == "fp16" and device.type != "cuda":
+        raise ConfigError("train.precision=fp16 needs a CUDA device (CPU autocast is bf16): use train.precision=bf16 "
+                          "or fp32 here")
+    if canonical == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError("train.precision=bf16: this GPU has no bf16; use train.precision=fp16 or fp32")
+    return canonical
+
+
+def build(name: str, device: torch.device) -> Precision:
+    scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
+    return Precision(name, device.type, scaler)
