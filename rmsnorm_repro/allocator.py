@@ -1,4 +1,4 @@
-"""Take the CPU allocator out of the way of large tensors (PERF_NOTES.md, "The allocator dominates").
+"""Take the CPU allocator out of the way of large tensors (docs/performance.md, "The allocator dominates").
 
 PyTorch's CPU allocator calls malloc directly, and glibc serves every block above its mmap
 threshold (up to 32 MiB) with fresh pages that fault on first touch at a few GB/s, and gives freed

@@ -19,7 +19,7 @@ from rmsnorm_repro.report.tables import PAGES
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 PRESETS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 
-# preset -> (task, norms swept, seeds swept) as PAPER.md section 3 asks
+# preset -> (task, norms swept, seeds swept) as the paper's tables and figures ask (docs/recipes.md)
 EXPECTED = {
     "table1": ("convpool", {"batchnorm", "weightnorm", "layernorm", "rmsnorm", "prmsnorm"}, {1}),
     "table2": ("rnnsearch", {"none", "layernorm", "l2norm", "weightnorm", "rmsnorm", "prmsnorm"}, {1, 2, 3}),
@@ -32,7 +32,7 @@ EXPECTED = {
 }
 # presets that read another preset's runs (same sweep, same run directories)
 SHARED = {"table3": "table2", "table5": "table2", "fig1": "table2", "table8": "table7", "table10": "table9"}
-# pRMSNorm's p per task (PAPER.md: 6.25% for translation, reader and retrieval; 12.5% for CIFAR-10)
+# pRMSNorm's p per task (docs/paper.md: 6.25% for translation, reader and retrieval; 12.5% for CIFAR-10)
 PRMS_P = {"rnnsearch": 0.0625, "transformer": 0.0625, "reader": 0.0625, "retrieval": 0.0625, "convpool": 0.125}
 
 

@@ -1,6 +1,6 @@
 """The report: aggregation over seeds, speed-ups, "fails to train", pages, figures and the CLI.
 
-Every test writes small run directories in the DESIGN.md format ("Outputs of one run") with known
+Every test writes small run directories in the format of README "What one run writes" with known
 numbers, so the expected aggregates are computed by hand here, not by the code under test.
 """
 from __future__ import annotations

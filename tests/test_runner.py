@@ -21,7 +21,7 @@ from rmsnorm_repro.runner.logs import MetricsFile, wandb_settings
 from rmsnorm_repro.runner.optim import beta1_switch, build_optimizer, lr_factor
 from runner_fixtures.helpers import compose_cfg, read_metrics, read_summary, tiny
 
-# The contract of DESIGN.md ("Outputs of one run")
+# The contract of README "What one run writes"
 SUMMARY_KEYS = {"task", "norm", "p", "seed", "status", "steps", "step_ms_median", "step_ms_mean",
                 "s_per_1k_steps", "final", "best", "env"}
 

@@ -1,4 +1,4 @@
-"""Read run directories (DESIGN.md "Outputs of one run") and aggregate them over seeds.
+"""Read run directories (README "What one run writes") and aggregate them over seeds.
 
     runs = load_runs("results/runs/multirun/rnnsearch/synthetic-mini")
     for group in group_runs(runs):
