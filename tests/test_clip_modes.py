@@ -63,7 +63,8 @@ def test_train_step_clips_each_tensor_under_per_tensor(tmp_path):
             seen["norms"] = [p.grad.norm().item() for p in params if p.grad is not None]
             return super().step(closure)
 
-    train_step(task, model, Spy(params, lr=0.0), task.train_batch(0), params, clip=1e-3, clip_mode=cfg.optim.clip_mode)
+    train_step(task, model, Spy(params, lr=0.0), task.train_batch(0), params, clip=cfg.optim.clip,
+               clip_mode=cfg.optim.clip_mode)
     assert len(seen["norms"]) > 1 and all(n == pytest.approx(1e-3, rel=1e-4) for n in seen["norms"])
 
 

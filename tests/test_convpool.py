@@ -277,3 +277,46 @@ def test_a_short_run_through_the_runner_writes_test_error(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [2, 4] and all("step_ms" in r for r in lines)
     assert "error" in lines[0]
+
+
+# The authors' normalizer wrapper ----------------------------------------------------------------
+@pytest.mark.parametrize("norm, conv_bias, logit_norm", [
+    ("none", True, nn.Identity), ("weightnorm", True, nn.Identity), ("rmsnorm", False, "RMSNorm"),
+    ("prmsnorm", False, "RMSNorm"), ("layernorm", False, "LayerNorm"), ("batchnorm", False, "FeatureBatchNorm"),
+])
+def test_the_normalizer_wraps_every_layer_and_takes_its_bias(norm, conv_bias, logit_norm):
+    """Salimans' train.py wraps all ten layers (dense 10 included) in the normalizer, whose wrapper
+    (the authors' rms_norm, Salimans' batch_norm / weight_norm / no_norm) deletes the layer's bias
+    and adds its own after the norm: a conv or the dense layer keeps a bias only without a norm offset."""
+    cfg = compose_cfg(f"norm={norm}", "scale=paper")
+    norms = build_normalization(cfg.norm.name, cfg.norm)
+    model = ConvPoolCNNC(norms, widths=(8, 12))
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert len(convs) == 9 and all((c.bias is not None) == conv_bias for c in convs)
+    assert (model.classifier.bias is not None) == conv_bias
+    name = logit_norm if isinstance(logit_norm, str) else logit_norm.__name__
+    assert type(model.logit_norm).__name__ == name
+    if norm in ("rmsnorm", "prmsnorm"):  # the authors' RMSNormLayer: offset b, eps 1e-6 inside the root
+        assert model.logit_norm.bias is not None and model.logit_norm.eps == 1e-6 and model.logit_norm.eps_inside
+        assert model.logit_norm.k == (2 if norm == "prmsnorm" else 10)  # ceil(10 * 0.125) = 2 logits
+        channel = next(m for m in model.modules() if isinstance(m, ChannelNorm))
+        assert channel.bias is not None
+    if norm == "batchnorm":
+        assert model.logit_norm.eps == 1e-6  # Salimans' BatchNormLayer
+
+
+def test_rmsnorm_on_the_logits_fixes_their_scale():
+    """RMS over the 10 class scores: gain 1 and offset 0 give logits of RMS 1 whatever the input scale."""
+    torch.manual_seed(0)
+    model = ConvPoolCNNC(build_normalization("rmsnorm", {"bias": True, "eps": 1e-6, "eps_inside": True}),
+                         widths=(8, 12)).eval()
+    x = torch.randn(3, 3, 32, 32)
+    logits = model(x)
+    torch.testing.assert_close(logits.pow(2).mean(1), torch.ones(3), atol=1e-3, rtol=0)
+    plain = ConvPoolCNNC(build_normalization("rmsnorm"), widths=(8, 12), norm_logits=False)
+    assert isinstance(plain.logit_norm, nn.Identity) and plain.classifier.bias is not None
+
+
+def test_norm_logits_is_the_paper_default_and_an_option():
+    assert compose_cfg("scale=paper").task.model.norm_logits is True
+    assert compose_cfg("scale=mini").task.model.norm_logits is True

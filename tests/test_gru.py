@@ -152,3 +152,40 @@ def test_bad_mask_shape_is_a_clear_error():
     gru = NormGRU(I, H, build_normalization("none"))
     with pytest.raises(ValueError, match="mask must have shape"):
         gru(torch.randn(2, 3, I), torch.ones(3, 2, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "none"])
+def test_state_side_biases_match_nematus_compat(kind):
+    """bias_on="state": b_g and b_c are added to U_g h and U_c h before N3 / N4 (Nematus v0.3
+    GRUStep with nematus_compat=True: `_get_gates_state`, `_get_proposal_state`), none on the input side."""
+    torch.manual_seed(8)
+    cell = NormGRUCell(I, H, build_normalization(kind), bias_on="state").double()
+    nematus_init_(cell, std=0.3)
+    gen = torch.Generator().manual_seed(9)
+    with torch.no_grad():
+        cell.state_proj.bias.copy_(torch.randn(3 * H, generator=gen, dtype=torch.float64))
+    assert cell.input_proj.bias is None
+    x, h = torch.randn(4, I, dtype=torch.float64), torch.randn(4, H, dtype=torch.float64)
+    W, U, b = cell.input_proj.weight, cell.state_proj.weight, cell.state_proj.bias
+    a_g = _ref_norm(kind, x @ W[:2 * H].T, cell.norm_input_gates)
+    a_c = _ref_norm(kind, x @ W[2 * H:].T, cell.norm_input_cand)
+    s_g = _ref_norm(kind, h @ U[:2 * H].T + b[:2 * H], cell.norm_state_gates)
+    s_c = _ref_norm(kind, h @ U[2 * H:].T + b[2 * H:], cell.norm_state_cand)
+    r, z = torch.sigmoid(a_g + s_g).chunk(2, -1)
+    expected = z * h + (1 - z) * torch.tanh(a_c + r * s_c)
+    torch.testing.assert_close(cell.step(*cell.input_part(x), h), expected, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="bias_on"):
+        NormGRUCell(I, H, build_normalization(kind), bias_on="both")
+
+
+def test_uniform_init_as_order_embedding():
+    """dist="uniform": non-square blocks U(-scale, scale) (ivendrov's norm_weight(scale=0.1)), square orthogonal."""
+    torch.manual_seed(10)
+    cell = NormGRUCell(300, 40, build_normalization("rmsnorm"))
+    cell.reset_parameters(0.1, dist="uniform")
+    W = cell.input_proj.weight.detach()
+    assert W.abs().max() <= 0.1 and W.abs().max() > 0.099 and abs(W.std().item() - 0.1 / 3 ** 0.5) < 0.002
+    block = cell.state_proj.weight.detach()[:40]
+    torch.testing.assert_close(block @ block.T, torch.eye(40), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="uniform"):
+        nematus_matrix(3, 4, dist="xavier")

@@ -63,15 +63,24 @@ def test_state_reordering_follows_the_batch():
     torch.testing.assert_close(lp_moved, lp.index_select(0, idx), rtol=1e-12, atol=1e-12)
 
 
-def test_recurrent_input_moments_match_the_summed_inputs():
-    model = _model("rmsnorm")
+@pytest.mark.parametrize("where", ["post_norm", "pre_norm"])
+def test_recurrent_input_moments_match_the_summed_inputs(where):
+    """Table 5: pre_norm = GRU1's U h_{t-1}; post_norm = the same after GRU1's two state norms."""
+    model = _model("layernorm")
+    with torch.no_grad():  # gains and offsets away from 1 and 0: post-norm values then differ visibly
+        for norm in (model.gru1.norm_state_gates, model.gru1.norm_state_cand):
+            norm.weight.uniform_(0.5, 2.0)
+            norm.bias.normal_()
     src, src_mask, tgt_in, tgt_mask, *_ = _batch()
     recorded = []  # GRU1's state projection output = U h_{t-1}, one (B, 3H) tensor per step
     hook = model.gru1.state_proj.register_forward_hook(lambda mod, inp, out: recorded.append(out))
     model(src, src_mask, tgt_in)
     hook.remove()
     s = torch.stack(recorded, 1)  # (B, T, 3H)
-    moments = model.recurrent_input_moments(src, src_mask, tgt_in, tgt_mask)
+    if where == "post_norm":
+        g, c = s[..., :12], s[..., 12:]
+        s = torch.cat([model.gru1.norm_state_gates(g), model.gru1.norm_state_cand(c)], -1)
+    moments = model.recurrent_input_moments(src, src_mask, tgt_in, tgt_mask, where)
     assert moments.shape == (5, 3)
 
     def stats(vals):
@@ -81,6 +90,30 @@ def test_recurrent_input_moments_match_the_summed_inputs():
         torch.testing.assert_close(moments[row], stats(s[:, pos][tgt_mask[:, pos]]))
     torch.testing.assert_close(moments[4], stats(s[tgt_mask]))
     assert moments[4, 0] == tgt_mask.sum() * 3 * 6
+    other = model.recurrent_input_moments(src, src_mask, tgt_in, tgt_mask,
+                                          "pre_norm" if where == "post_norm" else "post_norm")
+    assert not torch.allclose(moments[4, 1:], other[4, 1:])
+    torch.testing.assert_close(model.recurrent_input_moments(src, src_mask, tgt_in, tgt_mask), moments
+                               if where == "post_norm" else other)  # post_norm is the default
+
+
+def test_post_norm_moments_are_set_by_the_gain_under_layernorm():
+    """After LayerNorm with unit gain and zero offset every token's 3H values have mean 0 and
+    variance 1 within each norm's group: the pooled M is 0 and S is 1 (the paper's LN row reads
+    M -0.5 and S 1.5 after training has moved gain and offset)."""
+    model = _model("layernorm")
+    src, src_mask, tgt_in, tgt_mask, *_ = _batch()
+    count, total, squares = model.recurrent_input_moments(src, src_mask, tgt_in, tgt_mask)[4].tolist()
+    assert abs(total / count) < 1e-6 and abs(squares / count - 1) < 1e-3
+
+
+def test_second_decoder_gru_has_its_biases_on_the_state_side():
+    """Nematus v0.3 builds GRU2 with nematus_compat=True: biases added to U h before the state norms."""
+    model = _model("rmsnorm")
+    assert model.gru2.input_proj.bias is None and model.gru2.state_proj.bias is not None
+    assert model.gru1.input_proj.bias is not None and model.gru1.state_proj.bias is None
+    assert all(c.input_proj.bias is not None and c.state_proj.bias is None for c in model.encoder.cells)
+    assert torch.all(model.gru2.state_proj.bias == 0)  # Nematus inits biases at 0
 
 
 def test_moments_add_up_over_sentences():

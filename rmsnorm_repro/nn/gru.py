@@ -15,7 +15,12 @@ added after (LayerNorm's own offset, where it has one, plays that part). Under n
 the identity and this is Nematus' plain GRU; under weightnorm the projections (`norms.linear`) are
 reparameterized instead.
 
-Speed (PERF_NOTES.md): the input half (one GEMM for W_g and W_c together, plus N1 and N2) does not
+`bias_on="state"` moves the gate and candidate biases to the state side, before N3/N4 (b_g and b_c
+added to U_g h and U_c h; none on the input side): Nematus v0.3 builds the decoder's second GRU so
+(`nematus_compat=True`: layers.py `_get_gates_state`, `_get_proposal_state`, kept "for compatibility
+with dl4mt-tutorial").
+
+Speed (docs/performance.md): the input half (one GEMM for W_g and W_c together, plus N1 and N2) does not
 depend on h, so `NormGRU` computes it for all time steps at once over T*B rows and the loop only
 does one GEMM for U_g and U_c together, N3, N4 and the elementwise gates.
 """
@@ -29,12 +34,16 @@ from ..norms import Normalization, init_weight_
 
 
 # Initialization -----------------------------------------------------------------------------------
-def nematus_matrix(rows: int, cols: int, std: float = 0.01, center: float = 0.0, blocks: int = 1) -> Tensor:
+def nematus_matrix(rows: int, cols: int, std: float = 0.01, center: float = 0.0, blocks: int = 1,
+                   dist: str = "normal") -> Tensor:
     """A (rows, cols) weight made of `blocks` row blocks, each like Nematus' `norm_weight`:
 
-    orthogonal when the block is square, else N(0, std); `center` is then added to every entry
-    (Figure 4 shifts the initialization centre to 0.2).
+    orthogonal when the block is square, else N(0, std) (dist="normal", Nematus) or U(-std, std)
+    (dist="uniform", ivendrov's order-embedding `norm_weight(scale=0.1)`); `center` is then added to
+    every entry (Figure 4 shifts the initialization centre to 0.2).
     """
+    if dist not in ("normal", "uniform"):
+        raise ValueError(f"init distribution must be 'normal' or 'uniform', got {dist!r}")
     if rows % blocks:
         raise ValueError(f"{rows} rows cannot be split into {blocks} equal blocks")
     parts = []
@@ -42,22 +51,25 @@ def nematus_matrix(rows: int, cols: int, std: float = 0.01, center: float = 0.0,
         block = torch.empty(rows // blocks, cols)
         if rows // blocks == cols:
             nn.init.orthogonal_(block)
+        elif dist == "uniform":
+            nn.init.uniform_(block, -std, std)
         else:
             nn.init.normal_(block, 0.0, std)
         parts.append(block)
     return torch.cat(parts, 0) + center
 
 
-def init_matrix_(layer: nn.Module, std: float = 0.01, center: float = 0.0, blocks: int = 1) -> None:
+def init_matrix_(layer: nn.Module, std: float = 0.01, center: float = 0.0, blocks: int = 1,
+                 dist: str = "normal") -> None:
     """Nematus init of one nn.Linear / nn.Embedding (weight as `nematus_matrix`, bias 0)."""
     rows, cols = layer.weight.shape
-    init_weight_(layer, nematus_matrix(rows, cols, std, center, blocks).to(layer.weight))
+    init_weight_(layer, nematus_matrix(rows, cols, std, center, blocks, dist).to(layer.weight))
     if getattr(layer, "bias", None) is not None:
         with torch.no_grad():
             layer.bias.zero_()
 
 
-def nematus_init_(model: nn.Module, std: float = 0.01, center: float = 0.0) -> None:
+def nematus_init_(model: nn.Module, std: float = 0.01, center: float = 0.0, dist: str = "normal") -> None:
     """Initialize every Linear and Embedding of `model` the Nematus way (GRU cells per gate block).
 
     Norm gains and biases keep their own init (1 and 0).
@@ -65,11 +77,11 @@ def nematus_init_(model: nn.Module, std: float = 0.01, center: float = 0.0) -> N
     in_cells: set[int] = set()
     for module in model.modules():
         if isinstance(module, NormGRUCell):
-            module.reset_parameters(std, center)
+            module.reset_parameters(std, center, dist)
             in_cells.update(id(m) for m in module.modules())
     for module in model.modules():
         if id(module) not in in_cells and isinstance(module, (nn.Linear, nn.Embedding)):
-            init_matrix_(module, std, center)
+            init_matrix_(module, std, center, dist=dist)
 
 
 # The cell -----------------------------------------------------------------------------------------
@@ -80,22 +92,26 @@ class NormGRUCell(nn.Module):
     shape, so it can run over all time steps at once); `step(a_gates, a_cand, h)` -> h'.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, norms: Normalization):
+    def __init__(self, input_size: int, hidden_size: int, norms: Normalization, bias_on: str = "input"):
         super().__init__()
-        self.input_size, self.hidden_size = input_size, hidden_size
+        if bias_on not in ("input", "state"):
+            raise ValueError(f"bias_on must be 'input' or 'state', got {bias_on!r}")
+        self.input_size, self.hidden_size, self.bias_on = input_size, hidden_size, bias_on
         H = hidden_size
-        self.input_proj = norms.linear(input_size, 3 * H, bias=True)  # rows: [W_r; W_z; W_c]
-        self.state_proj = norms.linear(H, 3 * H, bias=False)  # rows: [U_r; U_z; U_c]
+        # rows: [W_r; W_z; W_c] and [U_r; U_z; U_c]; the biases [b_r; b_z; b_c] on one side (docstring)
+        self.input_proj = norms.linear(input_size, 3 * H, bias=bias_on == "input")
+        self.state_proj = norms.linear(H, 3 * H, bias=bias_on == "state")
         self.norm_input_gates = norms.act(2 * H)
         self.norm_input_cand = norms.act(H)
         self.norm_state_gates = norms.act(2 * H)
         self.norm_state_cand = norms.act(H)
         self.reset_parameters()
 
-    def reset_parameters(self, std: float = 0.01, center: float = 0.0) -> None:
-        """Nematus init: each gate's block orthogonal if square (always for U), else N(center, std)."""
-        init_matrix_(self.input_proj, std, center, blocks=3)
-        init_matrix_(self.state_proj, std, center, blocks=3)
+    def reset_parameters(self, std: float = 0.01, center: float = 0.0, dist: str = "normal") -> None:
+        """Nematus init: each gate's block orthogonal if square (always for U), else N(center, std)
+        (or U(-std, std) + center with dist="uniform"); biases 0."""
+        init_matrix_(self.input_proj, std, center, blocks=3, dist=dist)
+        init_matrix_(self.state_proj, std, center, blocks=3, dist=dist)
 
     def input_part(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """(..., I) -> normalized input summed inputs for the gates (..., 2H) and the candidate (..., H)."""
@@ -118,7 +134,7 @@ class NormGRUCell(nn.Module):
         return torch.lerp(n, h, z)  # z * h + (1 - z) * n in one op
 
     def extra_repr(self) -> str:
-        return f"{self.input_size}, {self.hidden_size}"
+        return f"{self.input_size}, {self.hidden_size}" + (", bias_on='state'" if self.bias_on == "state" else "")
 
 
 def recurrent_dropout_mask(h: Tensor, p: float, training: bool) -> Tensor | None:
@@ -175,7 +191,7 @@ class NormGRU(nn.Module):
 
     def _run(self, cell: NormGRUCell, x_t: Tensor, steps, full, h: Tensor, order) -> tuple[Tensor, Tensor]:
         a_gates, a_cand = cell.input_part(x_t)  # hoisted: one GEMM + norms over T*B rows
-        a_gates, a_cand = a_gates.unbind(0), a_cand.unbind(0)  # unbind, never [t] (PERF_NOTES.md)
+        a_gates, a_cand = a_gates.unbind(0), a_cand.unbind(0)  # unbind, never [t] (docs/performance.md)
         drop = recurrent_dropout_mask(h, self.recurrent_dropout, self.training)
         outs: list[Tensor] = [h] * len(steps)
         for t in order:

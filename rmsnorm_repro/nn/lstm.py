@@ -1,6 +1,6 @@
 """LSTM with the norm placement of the attentive reader the paper used (Cooijmans et al.'s code).
 
-One step, with n_x, n_h, n_c the three norms the factory hands out (PAPER.md section 2):
+One step, with n_x, n_h, n_c the three norms the factory hands out (docs/paper.md section 2):
 
     gates = n_x(W_x x_t) + n_h(W_h h_{t-1}) + b          # two norms over all 4H gate inputs jointly
     i, f, g, o = split(gates)
@@ -10,6 +10,15 @@ One step, with n_x, n_h, n_c the three norms the factory hands out (PAPER.md sec
 The norms come from `norms.step_norm(dim, max_steps)`, so norm=batchnorm gives BN-LSTM with
 statistics per time step and the others one shared norm. The input projection and its norm do
 not depend on the state: they run once over the whole sequence, outside the time loop.
+
+Options that follow the code the paper's authors ran (Cooijmans' Attentive_reader branch bn, with
+the authors' rlnlstm_layer from bzhangGo/rmsnorm layers.py):
+  input_bias="both"   gates = n_x(W_x x_t + b) + n_h(W_h h_{t-1}) + b: their lstm_state_below is
+                      dot(x, W) + b, normalized, and `preact` adds b again (under norm=none: 2b)
+  learn_h0=True       a learned initial state h_0 per direction (zeros at init; c_0 stays 0)
+  init="cooijmans"    square blocks 0.05 x orthogonal (utils.ortho_weight(scale=0.05)), the other
+                      blocks U(-r, r), r = sqrt(6 / (fan_in + fan_out + 1)) (utils.norm_weight)
+  forget_bias         their code starts every bias at 0
 
 Padding: `mask` is True on real tokens and must be a prefix (real tokens first). At a padded step
 the state is kept, so appending padding changes no output at real positions and no final state.
@@ -23,40 +32,61 @@ from torch import Tensor, nn
 
 from ..norms import Normalization, init_weight_
 
+INITS = ("xavier", "cooijmans")
+SQUARE_SCALE = 0.05  # Cooijmans' utils.ortho_weight(ndim, scale=0.05)
 
-def _init_gate_blocks(layer: nn.Module, hidden_size: int) -> None:
-    """Xavier for each gate's block, orthogonal where the block is square (the paper's init)."""
-    weight = torch.empty_like(layer.weight)
-    for block in weight.split(hidden_size, dim=0):
-        if block.shape[0] == block.shape[1]:
-            nn.init.orthogonal_(block)
-        else:
-            nn.init.xavier_uniform_(block)
-    init_weight_(layer, weight)
+
+def cooijmans_matrix(rows: int, cols: int, init: str = "cooijmans") -> Tensor:
+    """One (rows, cols) block. cooijmans: utils.norm_weight: 0.05 x orthogonal when square, else
+    U(-r, r) with r = sqrt(6 / (rows + cols + 1)); xavier: orthogonal when square, else Xavier-uniform."""
+    if init not in INITS:
+        raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
+    block = torch.empty(rows, cols)
+    if rows == cols:
+        return nn.init.orthogonal_(block) * (SQUARE_SCALE if init == "cooijmans" else 1.0)
+    if init == "cooijmans":
+        r = (6.0 / (rows + cols + 1)) ** 0.5
+        return nn.init.uniform_(block, -r, r)
+    return nn.init.xavier_uniform_(block)
+
+
+def _init_gate_blocks(layer: nn.Module, hidden_size: int, init: str = "xavier") -> None:
+    """Each gate's block as `cooijmans_matrix`: xavier (orthogonal where square, the paper's words)
+    or cooijmans (the authors' code)."""
+    rows, cols = layer.weight.shape
+    blocks = [cooijmans_matrix(hidden_size, cols, init) for _ in range(rows // hidden_size)]
+    init_weight_(layer, torch.cat(blocks, 0).to(layer.weight))
 
 
 class LSTMDirection(nn.Module):
     """One direction of a normalized LSTM over a time-major (T, B, I) sequence."""
 
-    def __init__(self, input_size: int, hidden_size: int, norms: Normalization, max_steps: int, forget_bias: float):
+    def __init__(self, input_size: int, hidden_size: int, norms: Normalization, max_steps: int, forget_bias: float,
+                 input_bias: str = "after", learn_h0: bool = False, init: str = "xavier"):
         super().__init__()
-        self.hidden_size = hidden_size
+        if input_bias not in ("after", "both"):
+            raise ValueError(f"input_bias must be 'after' or 'both', got {input_bias!r}")
+        self.hidden_size, self.input_bias = hidden_size, input_bias
         self.input_proj = norms.linear(input_size, 4 * hidden_size, bias=False)
         self.hidden_proj = norms.linear(hidden_size, 4 * hidden_size, bias=False)
         self.norm_x = norms.step_norm(4 * hidden_size, max_steps)
         self.norm_h = norms.step_norm(4 * hidden_size, max_steps)
         self.norm_c = norms.step_norm(hidden_size, max_steps)
         self.bias = nn.Parameter(torch.zeros(4 * hidden_size))
-        _init_gate_blocks(self.input_proj, hidden_size)
-        _init_gate_blocks(self.hidden_proj, hidden_size)
+        self.h0 = nn.Parameter(torch.zeros(hidden_size)) if learn_h0 else None
+        _init_gate_blocks(self.input_proj, hidden_size, init)
+        _init_gate_blocks(self.hidden_proj, hidden_size, init)
         with torch.no_grad():  # gate order i, f, g, o
             self.bias[hidden_size : 2 * hidden_size] = forget_bias
 
     def forward(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """x (T, B, I), mask (T, B) bool -> outputs (T, B, H), last state (B, H)."""
-        gx_all = self.norm_x.forward_sequence(self.input_proj(x)) + self.bias
-        h = x.new_zeros(x.shape[1], self.hidden_size)
-        c = h
+        gx_all = self.input_proj(x)
+        if self.input_bias == "both":
+            gx_all = gx_all + self.bias
+        gx_all = self.norm_x.forward_sequence(gx_all) + self.bias
+        c = x.new_zeros(x.shape[1], self.hidden_size)
+        h = c if self.h0 is None else self.h0.expand_as(c)
         outputs = []
         # unbind(0), not gx_all[t]: indexing makes every step's backward allocate a full (T, B, 4H) zero tensor.
         for t, (gx, m) in enumerate(zip(gx_all.unbind(0), mask.unsqueeze(-1).unbind(0))):
@@ -90,19 +120,26 @@ class NormLSTM(nn.Module):
         max_steps: int,
         bidirectional: bool = False,
         forget_bias: float = 1.0,
+        input_bias: str = "after",
+        learn_h0: bool = False,
+        init: str = "xavier",
     ):
         super().__init__()
         self.hidden_size, self.bidirectional = hidden_size, bidirectional
-        self.fwd = LSTMDirection(input_size, hidden_size, norms, max_steps, forget_bias)
-        self.bwd = LSTMDirection(input_size, hidden_size, norms, max_steps, forget_bias) if bidirectional else None
+        options = (forget_bias, input_bias, learn_h0, init)
+        self.fwd = LSTMDirection(input_size, hidden_size, norms, max_steps, *options)
+        self.bwd = LSTMDirection(input_size, hidden_size, norms, max_steps, *options) if bidirectional else None
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, mask: Tensor | None = None, x_bwd: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x_bwd: another input for the backward direction (the same sequence with its own dropout
+        mask, as the authors' code embeds the reversed batch anew); default x."""
         x = x.transpose(0, 1)
         mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device) if mask is None else mask.transpose(0, 1)
         outputs, last = self.fwd(x, mask)
         if self.bwd is not None:
             lengths = mask.sum(0)
-            out_b, last_b = self.bwd(reverse_within_length(x, lengths), mask)
+            xb = x if x_bwd is None else x_bwd.transpose(0, 1)
+            out_b, last_b = self.bwd(reverse_within_length(xb, lengths), mask)
             outputs = torch.cat([outputs, reverse_within_length(out_b, lengths)], dim=-1)
             last = torch.cat([last, last_b], dim=-1)
         return (outputs * mask.unsqueeze(-1).to(outputs.dtype)).transpose(0, 1), last

@@ -4,16 +4,26 @@
     3 x [conv3x3-96 pad 1, norm, LeakyReLU 0.1]     maxpool 2, dropout 0.5
     3 x [conv3x3-192 pad 1, norm, LeakyReLU 0.1]    maxpool 2, dropout 0.5
     conv3x3-192 valid, 2 x conv1x1-192 (each with norm, LeakyReLU 0.1)
-    global average pool, dense 10
+    global average pool, dense 10, norm (norm_logits)
 
-The norm follows every conv, before its nonlinearity, like the normalizer wrapped around each layer in
-Salimans' script. The convs come from norms.conv2d and the dense layer from norms.linear, so WeightNorm
-reparameterizes all ten layers. Salimans' script also wraps the dense layer in its normalizer (BatchNorm
-then normalizes the 10 logits); here no activation norm sits on the logits: the paper describes the
-norm per conv channel (PAPER.md section 2), and a norm across 10 class scores is a different thing.
+Salimans' train.py wraps all ten layers in its `normalizer` (the nine convs and the dense layer),
+and the authors' README adds `normalizer = nn.rms_norm(l)`, whose `rms_norm` (like Salimans'
+`batch_norm`, `weight_norm` and `no_norm`) deletes the wrapped layer's bias and puts the norm, then
+a per-unit gain and bias, then the nonlinearity after it. So here:
 
-Every conv keeps its bias: the model cannot know whether a mean-subtracting norm makes it redundant,
-and RMSNorm does not subtract the mean, so there the bias before the norm matters.
+- every conv is followed by `norms.channels(c)` before its LeakyReLU, and the conv has a bias only
+  when that norm has no offset of its own (norm=none, weightnorm: the wrapper's bias b, in the same
+  place as a conv bias); under RMSNorm, LayerNorm and BatchNorm the offset after the norm is the
+  only bias, as in the authors' RMSNormLayer;
+- with norm_logits (the default) the 10 logits are normalized too, with `norms.act(10)`: RMSNorm
+  over the 10 class scores (the authors' RMSNormLayer sums over axis 1 of a dense layer's output),
+  LayerNorm over them, BatchNorm per logit over the batch (Salimans' BatchNormLayer, axes 0);
+  pRMSNorm at p = 12.5% takes its RMS from the first k = ceil(10 * 0.125) = 2 logits (the authors'
+  floor would give 1). The dense layer has a bias only when that norm has no offset.
+  norm_logits=false gives plain logits (W g + b) under every norm.
+
+The convs come from norms.conv2d and the dense layer from norms.linear, so WeightNorm
+reparameterizes all ten layers.
 """
 from __future__ import annotations
 
@@ -25,6 +35,11 @@ from torch import Tensor, nn
 from ...norms import Normalization, init_weight_
 
 
+def has_offset(norm: nn.Module) -> bool:
+    """Whether a norm adds its own bias after normalizing (then the layer before it needs none)."""
+    return getattr(norm, "bias", None) is not None
+
+
 class ConvPoolCNNC(nn.Module):
     def __init__(
         self,
@@ -34,13 +49,16 @@ class ConvPoolCNNC(nn.Module):
         input_noise: float = 0.15,
         dropout: float = 0.5,
         slope: float = 0.1,
+        norm_logits: bool = True,
     ):
         super().__init__()
         c1, c2 = widths
         self.input_noise, self.slope = float(input_noise), float(slope)
 
         def block(c_in: int, c_out: int, kernel: int, padding: int) -> list[nn.Module]:
-            return [norms.conv2d(c_in, c_out, kernel, padding=padding), norms.channels(c_out), nn.LeakyReLU(slope)]
+            norm = norms.channels(c_out)
+            conv = norms.conv2d(c_in, c_out, kernel, padding=padding, bias=not has_offset(norm))
+            return [conv, norm, nn.LeakyReLU(slope)]
 
         self.features = nn.Sequential(
             *block(3, c1, 3, 1), *block(c1, c1, 3, 1), *block(c1, c1, 3, 1),
@@ -49,7 +67,8 @@ class ConvPoolCNNC(nn.Module):
             nn.MaxPool2d(2), nn.Dropout(dropout),
             *block(c2, c2, 3, 0), *block(c2, c2, 1, 0), *block(c2, c2, 1, 0),
         )  # fmt: skip
-        self.classifier = norms.linear(c2, num_classes)
+        self.logit_norm = norms.act(num_classes) if norm_logits else nn.Identity()
+        self.classifier = norms.linear(c2, num_classes, bias=not has_offset(self.logit_norm))
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -74,4 +93,4 @@ class ConvPoolCNNC(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.training and self.input_noise > 0:
             x = x + self.input_noise * torch.randn_like(x)
-        return self.classifier(self.features(x).mean((2, 3)))
+        return self.logit_norm(self.classifier(self.features(x).mean((2, 3))))

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from ...norms import Normalization
-from ..base import Task
+from ..base import Task, check_int
 from . import data as D
 from .model import ConvPoolCNNC
 
@@ -44,6 +44,13 @@ class ConvPoolTask(Task):
         if self.steps_per_epoch < 1:
             raise ValueError(f"train.batch_size={self.batch_size} exceeds the {len(self.train_x)} training images")
         self._perm_epoch, self._perm = -1, None
+
+    @classmethod
+    def check_config(cls, cfg: DictConfig) -> None:
+        check_int(cfg, "task.eval_batch_size", 1)
+        check_int(cfg, "task.train_error_size", 1)
+        for split in ("train", "test"):  # data=synthetic: an empty split would fail at evaluation
+            check_int(cfg, f"task.synthetic.{split}_size", 1)
 
     # Data -------------------------------------------------------------------------------------------
     def _make_synthetic(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -80,7 +87,8 @@ class ConvPoolTask(Task):
     def build_model(self) -> nn.Module:
         m = self.cfg.task.model
         widths = [max(1, round(w * float(m.width_mult))) for w in m.widths]
-        model = ConvPoolCNNC(self.norms, widths, int(m.num_classes), float(m.input_noise), float(m.dropout), float(m.leaky_slope))
+        model = ConvPoolCNNC(self.norms, widths, int(m.num_classes), float(m.input_noise), float(m.dropout), float(m.leaky_slope),
+                             bool(m.get("norm_logits", True)))
         return model.to(self.device)
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
@@ -92,6 +100,7 @@ class ConvPoolTask(Task):
         """Classification error in percent, in chunks of task.eval_batch_size."""
         chunk, wrong = int(self.cfg.task.eval_batch_size), 0
         for i in range(0, len(x), chunk):
+            self.check_stop()
             wrong += (model(x[i : i + chunk]).argmax(1) != y[i : i + chunk]).sum().item()
         return 100.0 * wrong / len(x)
 

@@ -191,7 +191,8 @@ def load_questions(data_cfg: Mapping[str, Any]) -> ReaderData:
         if not (questions / name).is_dir():
             raise FileNotFoundError(
                 f"data=cnn: {questions / name} not found; set data.root to the DeepMind Q&A CNN folder "
-                "holding questions/training, questions/validation and questions/test"
+                "holding questions/training, questions/validation and questions/test, or to the folder of "
+                "top4.zip's pickles (dict.pkl, train4_pass.pkl, ...)"
             )
     raw = {split: _read_split(questions / name, data_cfg.get("limit"), data_cfg.get("max_doc_len"),
                               data_cfg.get("top_sentences"))

@@ -4,8 +4,10 @@
     im = |l2norm(W image_features + b)|          a linear map of the 4096-d VGG features
 
 Both sides live on the non-negative unit sphere; a caption matches an image when it lies below it
-coordinate-wise (metrics.order_violation). Init as in ivendrov's code: word embedding N(0, 0.01),
-image map Xavier, GRU the Nematus way (its own init).
+coordinate-wise (metrics.order_violation). Init as in ivendrov's code (utils.py `norm_weight`
+with its default scale=0.1, `xavier_weight`; the authors' rlngru reuses them): word embedding and
+the GRU's input matrices uniform in [-0.1, 0.1] (`init_scale`), the GRU's square state matrices
+orthogonal, the image map Xavier-uniform, every bias 0, norm gains 1.
 """
 from __future__ import annotations
 
@@ -13,19 +15,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...nn.gru import NormGRU
+from ...nn.gru import NormGRU, nematus_init_
 from ...norms import Normalization, init_weight_
 
 
 class OrderEmbedding(nn.Module):
-    def __init__(self, vocab_size: int, feature_dim: int, norms: Normalization, word_dim: int, dim: int):
+    def __init__(self, vocab_size: int, feature_dim: int, norms: Normalization, word_dim: int, dim: int,
+                 init_scale: float = 0.1):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
         self.encoder = NormGRU(word_dim, dim, norms)
         self.image_proj = norms.linear(feature_dim, dim)
+        nematus_init_(self.encoder, init_scale, dist="uniform")  # U(-0.1, 0.1) / orthogonal blocks, biases 0
         with torch.no_grad():
-            nn.init.normal_(self.embed.weight, 0.0, 0.01)
-            self.embed.weight[0].zero_()
+            nn.init.uniform_(self.embed.weight, -init_scale, init_scale)
+            self.embed.weight[0].zero_()  # padding
             init_weight_(self.image_proj, nn.init.xavier_uniform_(torch.empty_like(self.image_proj.weight)))
             self.image_proj.bias.zero_()
 

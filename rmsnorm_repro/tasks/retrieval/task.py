@@ -6,7 +6,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from ..base import Task
+from ..base import Task, check_int, check_number
 from ..sampling import batch_indices
 from .data import CAPTIONS_PER_IMAGE, load_retrieval_data, pad_captions
 from .metrics import contrastive_loss, fold_metrics, order_violation
@@ -28,21 +28,46 @@ class RetrievalTask(Task):
         super().__init__(cfg, norms, device)
         self.data = load_retrieval_data(cfg)
 
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        check_int(cfg, "task.eval_batch_size", 1)
+        check_number(cfg, "task.margin", 0.0)
+        sampling = (cfg.get("task") or {}).get("sampling")
+        if sampling not in (None, "images", "captions"):
+            raise ValueError(f"task.sampling must be images or captions, got {sampling!r}")
+        for split in ("train", "valid", "test"):  # data=synthetic: an empty split would fail at evaluation
+            check_int(cfg, f"task.synthetic.{split}_images", 1)
+
     def build_model(self) -> nn.Module:
         m = self.cfg.task.model
-        model = OrderEmbedding(len(self.data.vocab), self.data.feature_dim, self.norms, int(m.word_dim), int(m.dim))
+        model = OrderEmbedding(len(self.data.vocab), self.data.feature_dim, self.norms, int(m.word_dim), int(m.dim),
+                               float(m.get("init_scale", 0.1)))
         return model.to(self.device)
 
     def train_batch(self, step: int, rank: int = 0, world_size: int = 1) -> dict[str, Tensor]:
-        """Caption-image pairs: an epoch visits every caption once, each with its own image.
+        """Caption-image pairs, by task.sampling:
 
+        images (ivendrov's datasource.py): an epoch visits every image once, each with one of its 5
+            captions drawn at random (from seed, step and position, so a resume replays it);
+        captions: an epoch visits every caption once, each with its own image.
         In-batch negatives are the other pairs of this process's batch (under DDP: of its shard).
         """
         train = self.data.splits["train"]
         batch_size, seed = int(self.cfg.train.batch_size), int(self.cfg.seed)
-        index = batch_indices(len(train.captions), batch_size, step, seed, rank, world_size)
+        if self.sampling == "images":
+            images = batch_indices(train.images.shape[0], batch_size, step, seed, rank, world_size)
+            generator = torch.Generator().manual_seed(seed * 1_000_003 + step)  # the global batch's draws, sliced
+            per_rank = batch_size // world_size
+            pick = torch.randint(CAPTIONS_PER_IMAGE, (batch_size,), generator=generator)[rank * per_rank:(rank + 1) * per_rank]
+            index = images * CAPTIONS_PER_IMAGE + pick
+        else:
+            index = batch_indices(len(train.captions), batch_size, step, seed, rank, world_size)
         tokens, mask = pad_captions([train.captions[i] for i in index.tolist()], self.device)
         return {"tokens": tokens, "mask": mask, "images": train.images[index // CAPTIONS_PER_IMAGE].to(self.device)}
+
+    @property
+    def sampling(self) -> str:
+        return str(self.cfg.task.get("sampling") or "images")
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
         s = model.encode_captions(batch["tokens"], batch["mask"])
@@ -60,8 +85,11 @@ class RetrievalTask(Task):
         order = sorted(range(len(data.captions)), key=lambda i: len(data.captions[i]))
         captions = torch.empty(len(order), int(self.cfg.task.model.dim), device=self.device)
         for start in range(0, len(order), size):
+            self.check_stop()
             chunk = order[start : start + size]
             captions[chunk] = model.encode_captions(*pad_captions([data.captions[i] for i in chunk], self.device))
+        self.check_stop()
         images = torch.cat([model.encode_images(x.to(self.device)) for x in data.images.split(size)])
+        self.check_stop()
         folds = PAPER_FOLDS if images.shape[0] == PAPER_TEST_IMAGES else 1
         return fold_metrics(captions, images, folds)

@@ -163,7 +163,7 @@ class RNNSearch(nn.Module):
         drop2 = recurrent_dropout_mask(state["h"], self.dropout, self.training)
         a_gates, a_cand = self.gru1.input_part(emb.transpose(0, 1))  # hoisted over all T steps
         states, contexts, summed = [], [], []
-        for a_g, a_c in zip(a_gates.unbind(0), a_cand.unbind(0)):  # unbind, never [t]: PERF_NOTES.md
+        for a_g, a_c in zip(a_gates.unbind(0), a_cand.unbind(0)):  # unbind, never [t]: docs/performance.md
             h, c, s = self._transition(state, a_g, a_c, drop1, drop2)
             state = {**state, "h": h}
             states.append(h)
