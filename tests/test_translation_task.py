@@ -135,3 +135,18 @@ def test_text_data_through_the_task(tmp_path):
     train(task, model, 2)
     out = task.evaluate(model, "test")
     assert set(out) == {"valid_beam_bleu", "test_bleu", "test_sentences"} and out["test_sentences"] == 10
+
+
+def test_nematus_loss_is_each_sentences_summed_cost_averaged_over_sentences(tmp_path):
+    task, model = make_task(tmp_path, "rnnsearch")
+    batch = task.train_batch(0)
+    torch.manual_seed(0)
+    per_token, n = task.loss(model.eval(), batch)
+    task.cfg.task.loss_per = "sentence"
+    per_sentence, n2 = task.loss(model, batch)
+    sentences = len(batch["tgt_out"])
+    assert n == n2 == int(batch["tgt_mask"].sum()) and task.loss_mean_over == "sentences"
+    assert per_sentence.item() == pytest.approx(per_token.item() * n / sentences, rel=1e-6)
+    task.cfg.task.loss_per = "word"
+    with pytest.raises(ValueError, match="task.loss_per must be token or sentence"):
+        type(task).check_config(task.cfg)

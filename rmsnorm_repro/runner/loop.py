@@ -117,7 +117,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
     per_s = f"{task.unit}_per_s"
     # token shards differ in size: weigh each rank's mean so DDP's average is the global mean
     loss_weight = ((lambda n: distributed.token_weight(n, device, world))
-                   if world.distributed and task.unit == "tokens" else None)
+                   if world.distributed and task.loss_mean_over == "tokens" else None)
     clock0 = time.perf_counter() - state.wall_s  # wall_s continues across resumes
     start = state.step
     # a run whose budget was spent, or that stopped early, is finished: its rerun trains no further step

@@ -44,6 +44,9 @@ class Task:
     supported_data: ClassVar[tuple[str, ...]] = ("synthetic",)
     #: what `loss` counts for throughput ("examples" or "tokens")
     unit: ClassVar[str] = "examples"
+    #: what the loss is a mean over: under DDP, per-rank losses are re-weighted by "tokens" (shards
+    #: of unequal size) and averaged as they are otherwise
+    loss_mean_over: str = "examples"
     #: the validation metric that decides "best" and how ("max" or "min")
     best_metric: ClassVar[tuple[str, str]] = ("loss", "min")
     #: why the task cannot train under DDP (None: it can; its batches shard by rank)

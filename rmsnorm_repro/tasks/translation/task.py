@@ -55,6 +55,9 @@ class TranslationTask(Task):
         """Decode/eval settings (and the two loss settings), checked before the corpus is read."""
         check_int(cfg, "task.max_len", 1)
         check_number(cfg, "task.label_smoothing", 0.0, 1.0, high_open=True)
+        loss_per = (cfg.get("task") or {}).get("loss_per")  # absent or null: token
+        if loss_per not in (None, "token", "sentence"):
+            raise ValueError(f"task.loss_per must be token or sentence, got {loss_per!r}")
         for key in ("beam", "valid_beam", "batch_size"):
             check_int(cfg, f"task.decode.{key}", 1)
         check_int(cfg, "task.decode.valid_sentences", 1, optional=True)
@@ -79,13 +82,20 @@ class TranslationTask(Task):
     def train_batch(self, step: int, rank: int = 0, world_size: int = 1) -> dict[str, Tensor]:
         return self.data.train_batch(step, rank, world_size, self.device)
 
+    @property
+    def loss_mean_over(self) -> str:
+        return "sentences" if self.cfg.task.get("loss_per") == "sentence" else "tokens"
+
     def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
-        """Label-smoothed cross-entropy per target token (EOS included, padding excluded)."""
+        """Label-smoothed cross-entropy (EOS included, padding excluded), summed over the batch's
+        target tokens and divided by their number (task.loss_per=token) or, as Nematus does, by
+        the number of sentences (task.loss_per=sentence: each sentence's summed cost, averaged).
+        n is the number of target tokens either way (throughput)."""
         logits = model(batch["src"], batch["src_mask"], batch["tgt_in"])
         n = int(batch["tgt_mask"].sum())
         loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["tgt_out"].flatten(), ignore_index=PAD,
                                label_smoothing=float(self.cfg.task.label_smoothing), reduction="sum")
-        return loss / n, n
+        return loss / (len(batch["tgt_out"]) if self.loss_mean_over == "sentences" else n), n
 
     # Evaluation -----------------------------------------------------------------------------
     @torch.no_grad()
