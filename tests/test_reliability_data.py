@@ -106,8 +106,9 @@ def test_a_truncated_saved_wmt14_copy_is_one_clear_error(tmp_path):
     root = tmp_path / "wmt14"
     rows = {"translation": [{"de": f"Satz {i}.", "en": f"Sentence {i}."} for i in range(300)]}
     datasets.DatasetDict({s: datasets.Dataset.from_dict(rows) for s in ("train", "validation", "test")}).save_to_disk(str(root))
-    write_bytes(root, "newstest2017.en", b"One.\n")
-    write_bytes(root, "newstest2017.de", b"Eins.\n")
+    for name in ("newstest2017", "newstest2014-filtered"):
+        write_bytes(root, f"{name}.en", b"One.\n")
+        write_bytes(root, f"{name}.de", b"Eins.\n")
     (arrow,) = (root / "train").glob("*.arrow")
     arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])
     with pytest.raises(ValueError, match=r"data=wmt14: the saved copy in .*wmt14 cannot be read .*make data-wmt14") as err:

@@ -126,12 +126,16 @@ def test_wmt14_loader_reads_a_saved_hub_dataset(tmp_path):
     }).save_to_disk(str(root))
     write_split(root, "newstest2017", "en", ["This is 2017."] * 3, gz=False)
     write_split(root, "newstest2017", "de", ["Das ist 2017."] * 3, gz=False)
+    write_split(root, "newstest2014-filtered", "en", ["This is test sentence 1."] * 5, gz=False)
+    write_split(root, "newstest2014-filtered", "de", ["Das ist test Satz 1."] * 5, gz=False)
     data = {"name": "wmt14", "root": str(root), "src": "en", "tgt": "de", "vocab_size": 100}
     c = load_corpus(run_cfg(tmp_path, data))
     assert c.train[0][3] == "This is train sentence 3." and c.train[1][3] == "Das ist train Satz 3."
     assert c.valid[0][0] == "This is dev sentence 0."
-    assert set(c.tests) == {"test14", "test17"} and len(c.tests["test14"][0]) == 7 and c.tests["test17"][1] == ["Das ist 2017."] * 3
-    assert "newstest2014 full (7 lines" in c.info["test14"]
+    # both newstest2014 variants are scored: the full set (the paper's Test14 column) and sacreBLEU's filtered one
+    assert set(c.tests) == {"test14", "test14_filtered", "test17"} and len(c.tests["test14"][0]) == 7
+    assert len(c.tests["test14_filtered"][0]) == 5 and c.tests["test17"][1] == ["Das ist 2017."] * 3
+    assert "newstest2014 full (7 lines" in c.info["test14"] and "filtered (5 lines" in c.info["test14_filtered"]
     # offline and no saved copy: one clear instruction
     with pytest.raises(FileNotFoundError, match="make data-wmt14"):
         load_corpus(run_cfg(tmp_path, {**data, "root": str(tmp_path / "absent")}))

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ...atomic import atomic_path
 from ..base import read_lines as read_file_lines
 from . import synthetic
 from .vocab import BOS, EOS, PAD, Vocab, build_vocab, corpus_hash
@@ -112,10 +113,25 @@ def _text_corpus(data: Mapping[str, Any]) -> Corpus:
         raise ValueError(f"data={data['name']} needs data.root: a folder with <split>.<lang>[.gz] files")
     src, tgt = data["src"], data["tgt"]
     splits = _test_splits(data)
-    # One test split is reported as test_bleu; several as <split>_bleu each.
-    tests = {("test" if len(splits) == 1 else s): _text_pair(root, s, src, tgt) for s in splits}
+    # One test split is reported as test_bleu; several as <split>_bleu each (named after the list as
+    # configured, so a split skipped below does not rename the others).
+    names = {s: ("test" if len(splits) == 1 else s) for s in splits}
+    if data.get("test_if_present"):  # e.g. Multi30k's test sets, which differ between copies of it
+        absent = [s for s in splits if not any(_present(root, s, lang) for lang in (src, tgt))]
+        if absent:
+            log.info(f"data.test: no {', '.join(absent)} files in {root}: scoring "
+                     f"{', '.join(s for s in splits if s not in absent) or 'the valid split only'}")
+        splits = [s for s in splits if s not in absent]
+    tests = {names[s]: _text_pair(root, s, src, tgt) for s in splits}
+    info = {"data": f"text:{root}", "valid": str(data["valid"]),
+            "tests": ", ".join(f"{s} ({names[s]}_bleu)" for s in splits) or "none (valid only)"}
     return Corpus(_text_pair(root, data["train"], src, tgt, train=True), _text_pair(root, data["valid"], src, tgt),
-                  tests, {"data": f"text:{root}"})
+                  tests, info)
+
+
+def _present(root: str | os.PathLike, split: str, lang: str) -> bool:
+    base = Path(os.path.expanduser(str(root))) / f"{split}.{lang}"
+    return base.exists() or base.with_name(base.name + ".gz").exists()
 
 
 def _multi30k(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
@@ -137,13 +153,16 @@ def _multi30k(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
                                 f"this needs network once (the copy is then cached in {cache}), {or_root}") from e
     src, tgt = data["src"], data["tgt"]
     pair = lambda d: (list(d[src]), list(d[tgt]))  # noqa: E731
-    return Corpus(pair(hub["train"]), pair(hub["validation"]), {"test": pair(hub["test"])}, {"data": "hub:bentrevett/multi30k"})
+    return Corpus(pair(hub["train"]), pair(hub["validation"]), {"test": pair(hub["test"])},
+                  {"data": "hub:bentrevett/multi30k", "valid": "validation (val)",
+                   "tests": "test = test_2016_flickr (test_bleu)"})
 
 
 def _wmt14(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
     """WMT14 from the saved copy in data.root (default <paths.data_dir>/wmt14), made once by
-    `ensure_wmt14`. Test14 is the hub's newstest2014, the FULL 3003-line set (not sacrebleu's
-    2737-line filtered "wmt14"); Test17 is sacrebleu's "wmt17" en-de."""
+    `ensure_wmt14`. Test14 is the hub's newstest2014, the FULL 3003-line set, which the report compares
+    with the paper's column; test14_filtered is sacrebleu's 2737-line filtered "wmt14", scored beside
+    it; Test17 is sacrebleu's "wmt17" en-de."""
     import datasets
 
     root = ensure_wmt14(data.get("root") or Path(paths["data_dir"]) / "wmt14", Path(paths["data_dir"]) / "hf")
@@ -158,10 +177,13 @@ def _wmt14(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
     def pair(split: str) -> Pair:
         return [r[src] for r in rows[split]], [r[tgt] for r in rows[split]]
 
-    test14 = pair("test")
-    info = {"data": f"wmt14:{root}", "test14": f"newstest2014 full ({len(test14[0])} lines, hub wmt/wmt14 de-en)",
+    tests = {"test14": pair("test"), "test14_filtered": _text_pair(root, "newstest2014-filtered", src, tgt),
+             "test17": _text_pair(root, "newstest2017", src, tgt)}
+    info = {"data": f"wmt14:{root}",
+            "test14": f"newstest2014 full ({len(tests['test14'][0])} lines, hub wmt/wmt14 de-en): the paper's Test14 column",
+            "test14_filtered": f"newstest2014 filtered ({len(tests['test14_filtered'][0])} lines, sacrebleu wmt14 en-de)",
             "test17": "newstest2017 (sacrebleu wmt17 en-de)"}
-    return Corpus(pair("train"), pair("validation"), {"test14": test14, "test17": _text_pair(root, "newstest2017", src, tgt)}, info)
+    return Corpus(pair("train"), pair("validation"), tests, info)
 
 
 def ensure_wmt14(root: str | os.PathLike, hf_cache: str | os.PathLike) -> Path:
@@ -187,21 +209,24 @@ def ensure_wmt14(root: str | os.PathLike, hf_cache: str | os.PathLike) -> Path:
                                     f"({_why(e)}); this needs network: check the connection or proxy, or set "
                                     "data.root to a saved copy") from e
         hub.save_to_disk(str(root))
-    if not (root / "newstest2017.en").exists() or not (root / "newstest2017.de").exists():
+    # sacreBLEU's test sets: newstest2017 (Test17), and its "wmt14" newstest2014, the FILTERED 2737-line
+    # variant, beside the hub's full 3003 lines, so both Test14 variants are scored
+    for name, test_set in (("newstest2017", "wmt17"), ("newstest2014-filtered", "wmt14")):
+        if (root / f"{name}.en").exists() and (root / f"{name}.de").exists():
+            continue
         from sacrebleu import utils as sacrebleu_utils
 
         try:
-            files = {"en": sacrebleu_utils.get_source_file("wmt17", "en-de"),
-                     "de": sacrebleu_utils.get_reference_files("wmt17", "en-de")[0]}
+            files = {"en": sacrebleu_utils.get_source_file(test_set, "en-de"),
+                     "de": sacrebleu_utils.get_reference_files(test_set, "en-de")[0]}
         except Exception as e:
             fix = offline_fix if hub_offline() else "this needs network once: check the connection or proxy"
-            raise FileNotFoundError(f"data=wmt14: newstest2017 is not in {root} and sacrebleu cannot download it "
+            raise FileNotFoundError(f"data=wmt14: {name} is not in {root} and sacrebleu cannot download it "
                                     f"({_why(e)}); {fix}") from e
         for lang, path in files.items():
             # bytes as they are: a text-mode copy would turn a stray CR inside a line into a line break
-            tmp = root / f"newstest2017.{lang}.tmp{os.getpid()}"
-            tmp.write_bytes(Path(path).read_bytes())
-            os.replace(tmp, root / f"newstest2017.{lang}")
+            with atomic_path(root / f"{name}.{lang}") as tmp:
+                tmp.write_bytes(Path(path).read_bytes())
     return root
 
 
