@@ -1,8 +1,9 @@
 """One-time download of WMT14 En-De for data=wmt14 (`make data-wmt14`; needs network).
 
 Saves the datasets hub set "wmt/wmt14" config "de-en" (train 4.5M pairs, validation =
-newstest2013, test = newstest2014 full, 3003 lines) with save_to_disk, plus newstest2017 from
-sacrebleu ("wmt17", en-de) as newstest2017.{en,de}, all under --root (the default matches
+newstest2013, test = newstest2014 full, 3003 lines) with save_to_disk, plus from sacrebleu newstest2017
+("wmt17", en-de) as newstest2017.{en,de} and the filtered 2737-line newstest2014 ("wmt14", en-de) as
+newstest2014-filtered.{en,de}, all under --root (the default matches
 data=wmt14 with data.root=null). Later runs load that copy offline.
 """
 from __future__ import annotations
