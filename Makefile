@@ -6,7 +6,7 @@ SCALE ?= mini
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test demo table1 speed notebook data-wmt14 data-cifar10 data-multi30k
+.PHONY: install test demo table1 speed speed-gpu notebook data-wmt14 data-cifar10 data-multi30k
 
 install: $(VENV)/.installed
 
@@ -24,6 +24,21 @@ test: install
 # Refreshes the committed report and figures under results/mini/.
 demo: install
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.report.demo --out results/mini
+
+# Real language: RNNSearch and Transformer x {none, layernorm, rmsnorm, prmsnorm} on Multi30k En-De at
+# scale=small (20 minutes a run, training + final beam decode), then results/small/REPORT.md (README,
+# "Real language: Multi30k"). `make small [SEEDS=1,2] [DATA_ROOT=dir] [SMALL_JOBS=1] [PRECISION=fp32]`.
+# DATA_ROOT: a raw Multi30k folder (train/val[/test_*].en/.de[.gz]); when it does not exist, the hub copy
+# (`make data-multi30k` once). SMALL_JOBS=2: two runs at a time, one thread each (8 runs a seed: ~80 min
+# on 2 cores); SMALL_JOBS=1: one at a time with all cores. PRECISION: bf16 where the CPU has AMX
+# (amx_bf16: fast bf16 matrix products), fp32 elsewhere (bf16 without AMX is no faster).
+DATA_ROOT ?= data/multi30k
+SMALL_JOBS ?= 2
+PRECISION ?= $(shell lscpu 2>/dev/null | grep -q amx_bf16 && echo bf16 || echo fp32)
+.PHONY: small
+small: install
+	$(PY) -m rmsnorm_repro.report.small --out results/small --data-root $(DATA_ROOT) --jobs $(SMALL_JOBS) \
+		--precision $(PRECISION) --seeds $(or $(SEEDS),1) $(ARGS)
 
 # Table 1 is computed, not trained: refreshes the committed results/tables/table1.md, exit 1 unless
 # 30/30 cells match.
@@ -58,14 +73,20 @@ $(PAPER_TARGETS): install
 	$(PY) -m rmsnorm_repro.report $(RUNS)/$(SWEEP)/$(DATA)-$(SCALE) --table $@ \
 		--out results/tables --figures results/figures $(if $(findstring logger=wandb,$(ARGS)),--wandb)
 
-# Kernel and per-step speed tables (CPU, 1 thread) -> results/speed/*.md|json, each with the targets
-# it meets. "tuned": glibc malloc reuses freed memory (rmsnorm_repro.allocator, as in training), the
+# Module (RMSNorm(d)(x) as users call it, compiled rows, a GRU step), kernel and per-step speed tables
+# (CPU, 1 thread) -> results/speed/*.md|json, each with the targets it meets. "tuned": glibc malloc reuses freed memory (rmsnorm_repro.allocator, as in training), the
 # same for every norm compared; "default": glibc as it comes.
 speed: install
+	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --module
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --kernels --allocator tuned
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --kernels --allocator default
 	OMP_NUM_THREADS=2 $(PY) -m rmsnorm_repro.bench --kernels --allocator tuned --threads 2
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --steps --allocator tuned
+
+# The one-shot GPU check (one GPU, under 5 minutes): Triton exactness in fp32/bf16/fp16, kernel table
+# against torch and Liger/apex where installed, per-step Transformer and RNNSearch -> results/speed/gpu-*.md.
+speed-gpu: install
+	$(PY) -m rmsnorm_repro.bench --gpu
 
 # notebooks/compare_runs.ipynb in JupyterLab (installed into .venv the first time: the `notebook` extra).
 # RMSNORM_RUNS_DIR=<dir> make notebook opens it on those runs.

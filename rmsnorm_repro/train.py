@@ -84,7 +84,28 @@ def one_line(message: str) -> str:
         parts.append(line)
     if options:
         parts[-1] += " " + ", ".join(options)
-    return re.sub(r"^In '[\w/]+': ", "", "; ".join(parts))
+    line = re.sub(r"^In '[\w/]+': ", "", "; ".join(parts))
+    return _missing_task_scale(line) or line
+
+
+def _missing_task_scale(line: str) -> str | None:
+    """Hydra's "Could not find 'task_scale/<task>/<scale>'" as the user meant it: that scale has no recipe
+    for that task (e.g. scale=small: the translation tasks only)."""
+    found = re.search(r"Could not find 'task_scale/([\w-]+)/([\w-]+)'", line)
+    if not found:
+        return None
+    task, scale = found.groups()
+    tasks = sorted(p.parent.name for p in (CONFIGS / "task_scale").glob(f"*/{scale}.yaml"))
+    if not tasks:
+        return None
+    named = " and ".join(tasks) if len(tasks) <= 2 else ", ".join(tasks[:-1]) + " and " + tasks[-1]
+    has = sorted(p.stem for p in (CONFIGS / "task_scale" / task).glob("*.yaml"))
+    line = f"scale={scale} exists for {named} only, not task={task}" + (f" (task={task} has scale={', '.join(has)})" if has else "")
+    swept = [arg for arg in sys.argv[1:] if arg.startswith("task=") and "," in arg]
+    if swept and f"task={task}" not in swept[0].replace(",", " task=").split():
+        # a multirun is first composed with the default task, which may lack this scale
+        line += f"; a sweep over tasks ({swept[0]}) is composed with the default task first: run one sweep per task"
+    return line
 
 
 def main() -> None:

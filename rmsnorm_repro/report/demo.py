@@ -62,18 +62,25 @@ def run_sweep(sweep: Sweep, runs_root: Path, logs: Path, jobs: int, max_minutes:
     command = [sys.executable, "-m", "rmsnorm_repro.train", "-m", f"experiment={sweep.experiment}", "scale=mini",
                "data=synthetic", "launcher=joblib", f"hydra.launcher.n_jobs={jobs}",
                f"hydra.sweep.dir={runs_root / sweep.name}", f"train.max_minutes={max_minutes}", *sweep.overrides]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+    return run_logged(command, logs / f"{sweep.name}.log", threads=1)
+
+
+def run_logged(command: list[str], log_path: Path, threads: int) -> tuple[int, float]:
+    """Run a training command offline with `threads` OpenMP threads a process, its output into log_path
+    (the command on the first line); returns (exit code, seconds)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
            "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
-    logs.mkdir(parents=True, exist_ok=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with open(logs / f"{sweep.name}.log", "w") as log:
+    with open(log_path, "w") as log:
         log.write(" ".join(command) + "\n")
         log.flush()
         code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     return code, time.perf_counter() - start
 
 
-def _runs(runs_root: Path, sweep: str) -> list[Run]:
+def runs_of(runs_root: Path, sweep: str) -> list[Run]:
+    """The runs of one sweep directory, each (group, seed) once; [] when it does not exist."""
     path = runs_root / sweep
     return figs.unique_runs(load_runs(path)) if path.is_dir() else []
 
@@ -96,7 +103,7 @@ def save_timings(out: Path, timings: dict[str, tuple[int, float]]) -> None:
     write_atomic(path, json.dumps({k: [code, round(seconds, 1)] for k, (code, seconds) in timings.items()}, indent=1) + "\n")
 
 
-def _finished(runs: list[Run]) -> str:
+def finished_at(runs: list[Run]) -> str:
     """When the newest of the runs finished (its summary.json), so rewriting the report from the
     same runs writes the same text."""
     times = [(r.path / "summary.json").stat().st_mtime for r in runs if (r.path / "summary.json").exists()]
@@ -106,11 +113,11 @@ def _finished(runs: list[Run]) -> str:
 def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
     """results/mini/REPORT.md from the runs under out/runs (figures under out/figures)."""
     runs_root, fig_dir = out / "runs", out / "figures"
-    runs = {sweep.name: _runs(runs_root, sweep.name) for sweep in SWEEPS}
+    runs = {sweep.name: runs_of(runs_root, sweep.name) for sweep in SWEEPS}
     everything = [run for group in runs.values() for run in group]
     lines = ["# Root Mean Square Layer Normalization: the mini reproduction", "",
              f"Written by `make demo` (`python -m rmsnorm_repro.report.demo`) from {len(everything)} runs under "
-             f"`{runs_root.relative_to(out)}/`, the last finished {_finished(everything)}.  ",
+             f"`{runs_root.relative_to(out)}/`, the last finished {finished_at(everything)}.  ",
              f"Machine: {describe_env(everything)}.", "",
              "Everything here is scale=mini: models a few hundred times smaller than the paper's, trained for a few "
              "hundred steps on generated (synthetic) data, on CPU. Absolute numbers are not comparable with the "

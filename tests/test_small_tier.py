@@ -1,0 +1,246 @@
+"""The small tier (issue 17): scale=small composes for RNNSearch and the Transformer only (any other task is
+one line), Multi30k's raw layout is read with whichever test sets are there, a tiny run at scale=small goes
+through the real runner, and `make small`'s report is written from run directories.
+
+Everything runs on tiny files written here; the real Multi30k (/work/shared/data/multi30k or data/multi30k)
+is never needed.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra.core.global_hydra import GlobalHydra
+
+from rmsnorm_repro.report import small
+from rmsnorm_repro.runner import run
+from rmsnorm_repro.tasks.translation.data import load_corpus
+from rmsnorm_repro.train import main, one_line
+from runner_fixtures.helpers import REPO, compose_cfg, read_summary
+
+NOUNS = [("man", "Mann"), ("dog", "Hund"), ("child", "Kind"), ("woman", "Frau"), ("bike", "Fahrrad"), ("ball", "Ball")]
+VERBS = [("sees", "sieht"), ("has", "hat"), ("rides", "fährt"), ("holds", "hält")]
+
+
+def write_multi30k(root: Path, splits: dict[str, int], seed: int = 0) -> Path:
+    """Multi30k's raw layout: <split>.en.gz / <split>.de.gz, aligned captions of a tiny language."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for split, n in splits.items():
+        pairs = []
+        for _ in range(n):
+            a, v, b = rng.choice(NOUNS), rng.choice(VERBS), rng.choice(NOUNS)
+            pairs.append((f"A {a[0]} {v[0]} a {b[0]} .", f"Ein {a[1]} {v[1]} ein {b[1]} ."))
+        for side, lang in enumerate(("en", "de")):
+            with gzip.open(root / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("".join(p[side] + "\n" for p in pairs))
+    return root
+
+
+# Configs ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("data", [["data=multi30k"], ["data=text", "data.root=/somewhere"]])
+def test_scale_small_composes_the_real_language_recipes(data):
+    t = compose_cfg(["task=transformer", "norm=rmsnorm", "scale=small", *data])
+    assert t.scale.name == "small" and t.data.vocab_size == 8000 and t.train.precision == "fp32"
+    m = t.task.model
+    assert (m.encoder_layers, m.decoder_layers, m.d_model, m.ffn_dim, m.heads) == (3, 3, 256, 1024, 4)
+    assert (t.train.batch_tokens, t.optim.lr, t.optim.schedule.name) == (2500, 1e-3, "inverse_sqrt")
+    assert 0 < t.optim.schedule.warmup_steps <= 400 and t.optim.betas == [0.9, 0.98]  # the paper's recipe
+    assert t.task.label_smoothing == 0.1 and t.task.model.pre_norm is False and t.task.decode.beam == 4
+    r = compose_cfg(["task=rnnsearch", "norm=layernorm", "scale=small", *data])
+    assert (r.task.model.emb, r.task.model.hidden, r.train.batch_size, r.optim.lr) == (256, 512, 64, 1e-3)
+    assert r.train.select_metric == "loss" and r.optim.clip == 1.0 and r.task.model.dropout == 0.2
+    for cfg in (t, r):
+        # 20 minutes a run: training gets max_minutes, the final beam decode (up to ~4 min) the rest
+        assert cfg.train.max_minutes <= 16 and cfg.train.steps >= 5000 and cfg.task.decode.batch_size <= 64
+        assert cfg.train.eval_every <= 100 and cfg.task.decode.valid_sentences <= 500
+
+
+def test_multi30k_names_its_test_sets_and_takes_those_present():
+    cfg = compose_cfg(["task=transformer", "scale=small", "data=multi30k"])
+    assert list(cfg.data.test) == ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"]
+    assert cfg.data.valid == "val" and cfg.data.test_if_present is True
+    assert compose_cfg(["task=transformer", "data=text"]).data.test_if_present is False
+
+
+@pytest.mark.parametrize("task", ["reader", "retrieval", "convpool"])
+def test_other_tasks_at_scale_small_are_one_clear_line(task, tmp_path, monkeypatch, capsys):
+    for var in ("HYDRA_FULL_ERROR", "RMSNORM_FULL_ERROR"):
+        monkeypatch.setenv(var, "0")
+    monkeypatch.setattr(sys, "argv", ["rmsnorm-train", f"task={task}", "scale=small", f"paths.runs_dir={tmp_path}",
+                                      "hydra/job_logging=none", "hydra/hydra_logging=none"])
+    GlobalHydra.instance().clear()
+    with pytest.raises(SystemExit) as info:
+        main()
+    GlobalHydra.instance().clear()
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert info.value.code == 2 and len(err) == 1, err
+    assert err[0] == (f"error: scale=small exists for rnnsearch and transformer only, not task={task} "
+                      f"(task={task} has scale=mini, paper)")
+    assert not any(tmp_path.iterdir())
+
+
+# Data ---------------------------------------------------------------------------------------------
+def test_raw_layout_scores_the_test_sets_it_has(tmp_path):
+    root = write_multi30k(tmp_path / "m30k", {"train": 20, "val": 4, "test_2016_flickr": 3, "test_2017_mscoco": 2})
+    base = {"name": "multi30k", "root": str(root), "src": "en", "tgt": "de", "train": "train", "valid": "val",
+            "test": ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"], "test_if_present": True,
+            "vocab_size": 50}
+    cfg = {"data": base, "paths": {"data_dir": str(tmp_path), "cache_dir": str(tmp_path / "cache")}}
+    corpus = load_corpus(cfg)
+    assert set(corpus.tests) == {"test_2016_flickr", "test_2017_mscoco"}, "named per split; the absent one skipped"
+    assert len(corpus.tests["test_2017_mscoco"][0]) == 2 and len(corpus.valid[0]) == 4
+    assert corpus.info["tests"] == "test_2016_flickr (test_2016_flickr_bleu), test_2017_mscoco (test_2017_mscoco_bleu)"
+    only_val = load_corpus({**cfg, "data": {**base, "root": str(write_multi30k(tmp_path / "tv", {"train": 20, "val": 4}))}})
+    assert only_val.tests == {} and only_val.info["tests"] == "none (valid only)"
+    with pytest.raises(FileNotFoundError, match="test_2017_flickr"):  # data=text's default: a missing split is an error
+        load_corpus({**cfg, "data": {**base, "name": "text", "test_if_present": False}})
+    one = load_corpus({**cfg, "data": {**base, "name": "text", "test": "test_2016_flickr", "test_if_present": False}})
+    assert set(one.tests) == {"test"}, "one test split is still test_bleu"
+
+
+# A tiny run through the real runner ----------------------------------------------------------------
+TINY = {"transformer": ["task.model.d_model=16", "task.model.ffn_dim=32", "task.model.heads=2",
+                        "task.model.encoder_layers=1", "task.model.decoder_layers=1", "train.batch_tokens=200"],
+        "rnnsearch": ["task.model.emb=16", "task.model.hidden=16", "train.batch_size=16"]}
+
+
+@pytest.mark.parametrize("task", ["transformer", "rnnsearch"])
+def test_a_tiny_run_at_scale_small_on_raw_multi30k_files(task, tmp_path):
+    root = write_multi30k(tmp_path / "multi30k", {"train": 120, "val": 8})
+    cfg = compose_cfg([f"task={task}", "norm=rmsnorm", "scale=small", "data=text", f"data.root={root}",
+                       "data.vocab_size=60", "train.steps=4", "train.eval_every=2", "train.checkpoint_every=2",
+                       "train.log_every=1", f"paths.runs_dir={tmp_path / 'runs'}", f"paths.cache_dir={tmp_path / 'cache'}",
+                       *TINY[task]])
+    assert cfg.train.max_minutes == compose_cfg([f"task={task}", "scale=small"]).train.max_minutes
+    summary = run(cfg, tmp_path / "run")
+    assert summary["status"] == "completed" and summary["steps"] == 4 and summary["scale"] == "small"
+    written = read_summary(tmp_path / "run")
+    assert set(k for k in written["final"] if k.endswith("_bleu")) == {"valid_beam_bleu", "valid_bleu"}
+    assert written["data_info"]["tests"] == "none (valid only)" and "tok:13a" in written["bleu_signature"]
+    assert written["env"]["precision"] == "fp32" and written["s_per_1k_steps_ci95"] is not None
+
+
+# make small and its report --------------------------------------------------------------------------
+def test_sweep_command_runs_the_four_norms_of_one_task(tmp_path):
+    setup = small.Setup(tmp_path / "m30k", "1,2", jobs=2, threads=1, precision="fp32", max_minutes=None)
+    cmd = small.sweep_command("transformer", tmp_path / "runs", setup)
+    assert cmd[1:5] == ["-m", "rmsnorm_repro.train", "-m", "task=transformer"]
+    assert {"norm=none,layernorm,rmsnorm,prmsnorm", "seed=1,2", "scale=small", "data=multi30k",
+            f"data.root={(tmp_path / 'm30k').resolve()}", "train.precision=fp32", "launcher=joblib",
+            "hydra.launcher.n_jobs=2", "hydra.sweep.subdir=${norm.name}-p${norm.p}-s${seed}"} <= set(cmd)
+    assert not any(a.startswith("train.max_minutes") for a in cmd), "the scale's budget unless told"
+    hub = small.sweep_command("rnnsearch", tmp_path, small.Setup(None, "1", 1, 2, "bf16", 3.0))
+    assert "launcher=basic" in hub and "train.max_minutes=3" in hub and not any(a.startswith("data.root") for a in hub)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_small_chooses_precision_by_amx_and_passes_the_settings():
+    makefile = (REPO / "Makefile").read_text()
+    assert "PRECISION ?= $(shell lscpu 2>/dev/null | grep -q amx_bf16 && echo bf16 || echo fp32)" in makefile
+    out = subprocess.run(["make", "-n", "small", "SEEDS=1,2", "DATA_ROOT=/x/m30k", "SMALL_JOBS=1", "PRECISION=bf16"],
+                         cwd=REPO, capture_output=True, text=True, timeout=30).stdout
+    line = " ".join(out.replace("\\\n", " ").split())
+    assert ("-m rmsnorm_repro.report.small --out results/small --data-root /x/m30k --jobs 1 --precision bf16 "
+            "--seeds 1,2") in line
+
+
+def fake_run(root: Path, task: str, norm: str, seed: int, bleu: dict[str, float] | None, ms: float,
+             status: str = "completed") -> None:
+    """A run directory as the runner writes it (summary.json, config.yaml, metrics.jsonl)."""
+    p = 0.0625 if norm == "prmsnorm" else 1.0
+    path = root / task / f"{norm}-p{p}-s{seed}"
+    path.mkdir(parents=True)
+    model = ({"encoder_layers": 3, "decoder_layers": 3, "d_model": 256, "ffn_dim": 1024, "heads": 4, "dropout": 0.1}
+             if task == "transformer" else {"emb": 256, "hidden": 512, "dropout": 0.2})
+    config = {"task": {"name": task, "model": model, "decode": {"beam": 4}}, "norm": {"name": norm, "p": p},
+              "seed": seed, "data": {"name": "multi30k", "vocab_size": 8000}, "scale": {"name": "small"},
+              "train": {"max_minutes": 15, "precision": "fp32", "batch_tokens": 2500, "batch_size": 64},
+              "optim": {"lr": 0.001, "schedule": {"warmup_steps": 200}}}
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    steps = 300 if status == "completed" else 120
+    lines = [{"step": s, "wall_s": s * ms / 1000 + 10, "loss": 6.0 - s / 100, "step_ms": ms,
+              **({"bleu": s / 10 * (1 if bleu else 0.01)} if s % 100 == 0 else {})} for s in range(25, steps + 1, 25)]
+    if status == "diverged":
+        lines[-1]["loss"] = float("nan")
+    (path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    final = {**(bleu or {}), "valid_bleu": 20.0, "valid_loss": 2.5} if status == "completed" else {}
+    summary = {"task": task, "norm": norm, "p": p, "seed": seed, "status": status, "steps": steps,
+               "s_per_1k_steps": ms, "s_per_1k_steps_ci95": [ms * 0.97, ms * 1.03], "step_ms_median": ms,
+               "final": final, "best": {"bleu": 25.0, "loss": 2.4, "step": 300} if status == "completed" else {},
+               "wall_s": lines[-1]["wall_s"] + 150.0,  # 2.5 minutes of final decoding
+               "env": {"torch": "2.x", "device": "cpu", "device_name": "AMD EPYC", "threads": 1, "precision": "fp32"},
+               "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+               "data_info": {"data": "text:/m30k", "valid": "val", "tests": "none (valid only)"}}
+    (path / "summary.json").write_text(json.dumps(summary))
+
+
+def test_small_report_from_run_directories(tmp_path):
+    out = tmp_path / "small"
+    runs = out / "runs"
+    for task, scores in (("rnnsearch", {"none": 28.0, "layernorm": 31.0, "rmsnorm": 31.4, "prmsnorm": 30.8}),
+                         ("transformer", {"none": None, "layernorm": 33.0, "rmsnorm": 32.6, "prmsnorm": 33.2})):
+        for norm, score in scores.items():
+            ms = {"none": 900.0, "layernorm": 1000.0, "rmsnorm": 950.0, "prmsnorm": 960.0}[norm]
+            if score is None:
+                fake_run(runs, task, norm, 1, None, ms, status="diverged")
+            else:
+                fake_run(runs, task, norm, 1, {"valid_beam_bleu": score}, ms)
+    small.save_timings(out, {"transformer": (0, 2400.0), "rnnsearch": (0, 2400.0)})
+    assert small.main(["--out", str(out), "--report-only"]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert "Machine: " in text and "device_name=AMD EPYC" in text and "precision=fp32" in text
+    assert "**valid only**" in text and "nrefs:1|case:mixed" in text
+    assert "| valid BLEU (beam) |" in text and "| rmsnorm | 1 | 300 | 31.4 |" in text
+    assert "| none | 0 of 1 (1 diverged) | 120 | fails to train |" in text
+    assert "| Table 4: the Transformer without normalization fails to train | **holds** | all 1 Baseline runs diverged |" in text
+    assert "| RNNSearch: RMSNorm's BLEU matches LayerNorm's | **holds** |" in text and "vs 1 BLEU (one seed" in text
+    assert "| Transformer: pRMSNorm (p = 6.25%) holds up: its BLEU matches LayerNorm's | **holds** |" in text
+    assert "transformer: rmsnorm is faster per step than LayerNorm" in text and "reader" not in text
+    assert "5.0 + 2.5" in text  # minutes of training + final evaluation
+    assert (out / "figures" / "transformer.png").exists() and "![rnnsearch](figures/rnnsearch.png)" in text
+    assert small.main(["--out", str(out), "--report-only"]) == 0 and (out / "REPORT.md").read_text() == text
+
+
+def test_small_report_with_test_sets_and_seeds(tmp_path):
+    out = tmp_path / "small"
+    for seed, shift in ((1, 0.0), (2, 0.6)):
+        for norm, score in (("layernorm", 34.0), ("rmsnorm", 34.2), ("prmsnorm", 29.0)):
+            fake_run(out / "runs", "transformer", norm, seed,
+                     {"valid_beam_bleu": score + 1, "test_2016_flickr_bleu": score + shift, "test_2017_mscoco_bleu": score - 5}, 1000.0)
+    assert small.main(["--out", str(out), "--report-only"]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert "valid (the whole split) and `test_2016_flickr`, `test_2017_mscoco`" in text
+    assert "| test_2016_flickr BLEU (beam) | test_2017_mscoco BLEU (beam) |" in text
+    assert "`test_2016_flickr_bleu`" in text and "vs 2 standard errors" in text
+    assert "pRMSNorm (p = 6.25%) holds up: its BLEU matches LayerNorm's | **does not hold** |" in text
+    assert "No runs: the `rnnsearch` sweep produced none" in text
+
+
+def test_untrained_models_match_nothing(tmp_path):
+    """Two runs that learned nothing (BLEU < 1) do not "match": the claim cannot tell."""
+    for norm in ("none", "layernorm", "rmsnorm"):
+        fake_run(tmp_path / "runs", "transformer", norm, 1, {"valid_beam_bleu": 0.2}, 1000.0)
+    claims = {c.claim: c for c in small.small_claims(small.runs_of(tmp_path / "runs", "transformer"))}
+    assert claims["Transformer: RMSNorm's BLEU matches LayerNorm's"].verdict == "cannot tell"
+    assert claims["Table 4: the Transformer without normalization fails to train"].verdict == "cannot tell"
+
+
+def test_a_sweep_over_tasks_at_scale_small_says_why_it_fails(monkeypatch):
+    """Hydra composes a multirun with the default task (convpool) first: the line says so."""
+    monkeypatch.setattr(sys, "argv", ["rmsnorm-train", "-m", "task=rnnsearch,transformer", "scale=small"])
+    line = one_line("In 'train': Could not find 'task_scale/convpool/small'\n\nConfig search path:\n\tprovider=main")
+    assert line.startswith("scale=small exists for rnnsearch and transformer only, not task=convpool")
+    assert line.endswith("is composed with the default task first: run one sweep per task")
+
+
+def test_small_report_without_runs_says_so(tmp_path, capsys):
+    assert small.main(["--out", str(tmp_path / "none"), "--report-only"]) == 1
+    assert "no runs under" in capsys.readouterr().err
