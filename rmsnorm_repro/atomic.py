@@ -23,11 +23,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(name)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from the rest of a group
     try:
         yield tmp
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -1,4 +1,12 @@
-"""Shared test settings: offline, wandb disabled, one thread (the CI machine has 2 cores)."""
+"""Shared test settings and fixtures: offline, wandb disabled, one thread (the CI machine has 2 cores).
+
+Fixtures (as lightning-hydra-template's tests/conftest.py):
+- `compose(overrides, hydra_node=False)`: hydra.compose on configs/ as `python -m rmsnorm_repro.train`
+  composes it, with tests/runner_fixtures/configs on the search path (the tiny task), Hydra's global
+  state cleared first;
+- `tiny_cfg(*overrides)`: the tiny task's config writing under this test's own tmp_path.
+Per-task tiny sizes of the real tasks live in tests/tiny_sizes.py.
+"""
 import os
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -6,6 +14,32 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("WANDB_SILENT", "true")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
+from hydra import compose as hydra_compose  # noqa: E402
+from hydra import initialize_config_dir  # noqa: E402
+from hydra.core.global_hydra import GlobalHydra  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+def _compose(overrides: list[str], hydra_node: bool = False):
+    from runner_fixtures.helpers import CONFIGS, SEARCHPATH  # CONFIGS also registers the resolvers
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return hydra_compose("train", overrides=[SEARCHPATH, *overrides], return_hydra_config=hydra_node)
+
+
+@pytest.fixture(scope="session")
+def compose():
+    """compose(overrides, hydra_node=False) -> the composed config (hydra node included on request)."""
+    return _compose
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path, compose):
+    """tiny_cfg(*overrides) -> the tiny task's config, its runs under this test's tmp_path."""
+    def make(*overrides: str):
+        return compose(["task=tiny", f"paths.runs_dir={tmp_path}", *overrides])
+    return make

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from rmsnorm_repro.runner import checkpoint, run
 from rmsnorm_repro.runner import distributed
-from runner_fixtures.helpers import REPO, cli, cli_args, cli_env, compose_cfg, read_metrics, read_summary, tiny
+from runner_fixtures.helpers import REPO, cli, cli_args, cli_env, read_metrics, read_summary
 
 # dropout 0: the ranks draw their own dropout masks, so only a dropout-free run matches one process bit for bit
 DDP = ["task=tiny", "task.dropout=0", "device=cpu", "train.log_every=1", "train.checkpoint_every=10"]
@@ -74,12 +74,12 @@ def ddp_run(cfg, run_dir):
     return {k: summary[k] for k in ("status", "steps", "final")} | {"interrupted_by": summary.get("interrupted_by")}
 
 
-def test_two_ranks_train_like_one_process_and_resume_under_torchrun(tmp_path):
-    reference = run(tiny(tmp_path / "one", *DDP), tmp_path / "one" / "run")  # one process, global batch 32
+def test_two_ranks_train_like_one_process_and_resume_under_torchrun(tmp_path, compose):
+    reference = run(compose(["task=tiny", f"paths.runs_dir={tmp_path / 'one'}", *DDP]), tmp_path / "one" / "run")  # one process, global batch 32
     run_dir = tmp_path / "ddp" / RUN
 
     # 1. two ranks, 16 examples each, for 20 of the 40 steps
-    ranks = join_ranks(*start_ranks(ddp_run, tiny(tmp_path / "ddp", *DDP, "train.steps=20"), run_dir))
+    ranks = join_ranks(*start_ranks(ddp_run, compose(["task=tiny", f"paths.runs_dir={tmp_path / 'ddp'}", *DDP, "train.steps=20"]), run_dir))
     assert [r["status"] for r in ranks] == ["completed", "completed"], ranks
     assert ranks[1]["final"] == {} and ranks[0]["final"]  # rank 0 evaluates, rank 1 waits
     # rank 0 alone wrote: one metrics line per step (two writers would duplicate or tear them)
@@ -131,9 +131,9 @@ def _lines(run_dir):
         return []
 
 
-def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path, tiny_cfg):
     run_dir = tmp_path / RUN
-    cfg = tiny(tmp_path, *DDP, "train.steps=200", "task.sleep_ms=10")
+    cfg = tiny_cfg(*DDP, "train.steps=200", "task.sleep_ms=10")
     ranks = join_ranks(*start_ranks(_signal_rank_1, cfg, run_dir))
     assert [r["status"] for r in ranks] == ["interrupted", "interrupted"], ranks
     assert [r["interrupted_by"] for r in ranks] == ["SIGTERM", "SIGTERM"]
@@ -179,8 +179,8 @@ def test_collectives_give_every_rank_the_global_numbers():
     assert (r0["gather"], r1["gather"]) == (["rank0", "rank1"], [])
 
 
-def test_a_task_that_ddp_would_change_is_refused_on_every_rank(tmp_path):
-    cfg = compose_cfg(["task=retrieval", "device=cpu", f"paths.runs_dir={tmp_path}"])
+def test_a_task_that_ddp_would_change_is_refused_on_every_rank(tmp_path, compose):
+    cfg = compose(["task=retrieval", "device=cpu", f"paths.runs_dir={tmp_path}"])
     errors = join_ranks(*start_ranks(ddp_run, cfg, tmp_path / "run"))
     assert all(e.startswith("ConfigError: task=retrieval cannot train under DDP") for e in errors), errors
     assert not (tmp_path / "run").exists()
@@ -210,13 +210,13 @@ def test_local_parallel_multirun_runs_ddp_jobs_through_submitit(tmp_path):
     assert all([r["step"] for r in read_metrics(sweep / name)] == [5] for name in summaries)
 
 
-def test_slurm_launcher_composes_and_writes_the_expected_sbatch_script(tmp_path, monkeypatch):
+def test_slurm_launcher_composes_and_writes_the_expected_sbatch_script(tmp_path, monkeypatch, compose):
     from hydra.core.hydra_config import HydraConfig
     from hydra.utils import instantiate
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
     import submitit
 
-    cfg = compose_cfg(["task=tiny", "launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=8",
+    cfg = compose(["task=tiny", "launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=8",
                        "hydra.launcher.timeout_min=600", f"paths.runs_dir={tmp_path}"], hydra_node=True)
     HydraConfig.instance().set_config(cfg)  # ${hydra:runtime.cwd} in the setup lines
     launcher = instantiate(cfg.hydra.launcher)

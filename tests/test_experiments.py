@@ -10,8 +10,6 @@ import itertools
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from rmsnorm_repro.report.tables import PAGES
@@ -34,12 +32,6 @@ EXPECTED = {
 SHARED = {"table3": "table2", "table5": "table2", "fig1": "table2", "table8": "table7", "table10": "table9"}
 # pRMSNorm's p per task (docs/paper.md: 6.25% for translation, reader and retrieval; 12.5% for CIFAR-10)
 PRMS_P = {"rnnsearch": 0.0625, "transformer": 0.0625, "reader": 0.0625, "retrieval": 0.0625, "convpool": 0.125}
-
-
-def _compose(overrides: list[str]):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose("train", overrides=overrides, return_hydra_config=True)
 
 
 def _need_task(task: str) -> None:
@@ -69,10 +61,10 @@ def test_every_table_and_figure_has_a_preset():
 
 @pytest.mark.parametrize("scale", ["mini", "paper"])
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_preset_pins_task_norms_and_seeds(name: str, scale: str):
+def test_preset_pins_task_norms_and_seeds(name: str, scale: str, compose):
     task, norms, seeds = EXPECTED[name]
     _need_task(task)
-    cfg = _compose([f"experiment={name}", f"scale={scale}"])
+    cfg = compose([f"experiment={name}", f"scale={scale}"], hydra_node=True)
     assert cfg.task.name == task and cfg.scale.name == scale
     assert cfg.hydra.runtime.choices.get("hydra/launcher") == "basic"  # presets never choose a launcher
     jobs = sweep_jobs(cfg)
@@ -83,7 +75,7 @@ def test_preset_pins_task_norms_and_seeds(name: str, scale: str):
     by_norm = {next((o for o in job if o.startswith("norm=")), "norm=" + cfg.norm.name): job for job in jobs}
     checked = [by_norm.pop("norm=prmsnorm", None), next(iter(by_norm.values()), None)]
     for job in filter(None, checked):
-        job_cfg = _compose([f"experiment={name}", f"scale={scale}", *job])
+        job_cfg = compose([f"experiment={name}", f"scale={scale}", *job], hydra_node=True)
         OmegaConf.resolve(job_cfg)
         assert job_cfg.task.name == task
         if name == "fig3":
@@ -94,27 +86,27 @@ def test_preset_pins_task_norms_and_seeds(name: str, scale: str):
             assert job_cfg.norm.p == 1.0, job
 
 
-def test_fig3_sweeps_p_from_10_to_100_percent():
+def test_fig3_sweeps_p_from_10_to_100_percent(compose):
     _need_task("rnnsearch")
-    ps = sorted(float(o.split("=")[1]) for job in sweep_jobs(_compose(["experiment=fig3"])) for o in job
+    ps = sorted(float(o.split("=")[1]) for job in sweep_jobs(compose(["experiment=fig3"], hydra_node=True)) for o in job
                 if o.startswith("norm.p="))
     assert ps == pytest.approx([0.1 * i for i in range(1, 11)])
 
 
 @pytest.mark.parametrize("scale", ["mini", "paper"])
-def test_fig4_shifts_the_init_centre_in_its_own_directory(scale: str):
+def test_fig4_shifts_the_init_centre_in_its_own_directory(scale: str, compose):
     _need_task("rnnsearch")
-    fig4 = _compose(["experiment=fig4", f"scale={scale}"])
-    table2 = _compose(["experiment=table2", f"scale={scale}"])
+    fig4 = compose(["experiment=fig4", f"scale={scale}"], hydra_node=True)
+    table2 = compose(["experiment=table2", f"scale={scale}"], hydra_node=True)
     assert fig4.task.model.init_center == 0.2 and table2.task.model.init_center == 0.0
     assert fig4.hydra.sweep.dir != table2.hydra.sweep.dir
 
 
 @pytest.mark.parametrize("child, parent", sorted(SHARED.items()))
-def test_tables_that_share_runs_share_the_sweep(child: str, parent: str):
+def test_tables_that_share_runs_share_the_sweep(child: str, parent: str, compose):
     task = EXPECTED[parent][0]
     _need_task(task)
-    a, b = _compose([f"experiment={child}"]), _compose([f"experiment={parent}"])
+    a, b = compose([f"experiment={child}"], hydra_node=True), compose([f"experiment={parent}"], hydra_node=True)
     assert sweep_jobs(a) == sweep_jobs(b)
     assert a.hydra.sweep.dir == b.hydra.sweep.dir
     assert "experiment" in a.hydra.job.config.override_dirname.exclude_keys  # same run directory names
@@ -122,24 +114,24 @@ def test_tables_that_share_runs_share_the_sweep(child: str, parent: str):
 
 
 @pytest.mark.parametrize("scale", ["mini", "paper"])
-def test_convpool_per_norm_settings_yield_to_the_command_line(scale: str):
+def test_convpool_per_norm_settings_yield_to_the_command_line(scale: str, compose):
     """configs/task_norm/convpool/: lr 3e-4 for the Baseline, 3e-3 otherwise, p = 12.5% for pRMSNorm;
     a command-line optim.lr or norm.p wins, in a preset's job as in a single run."""
     _need_task("convpool")
     for norm, lr, p in [("none", 3e-4, 1.0), ("rmsnorm", 3e-3, 1.0), ("prmsnorm", 3e-3, 0.125), ("batchnorm", 3e-3, 1.0)]:
         for base in (["task=convpool"], ["experiment=table9"]):
-            cfg = _compose([*base, f"scale={scale}", f"norm={norm}"])
+            cfg = compose([*base, f"scale={scale}", f"norm={norm}"], hydra_node=True)
             assert (cfg.optim.lr, cfg.norm.p) == (lr, p), (base, norm)
-            cfg = _compose([*base, f"scale={scale}", f"norm={norm}", "optim.lr=0.01", "norm.p=0.5"])
+            cfg = compose([*base, f"scale={scale}", f"norm={norm}", "optim.lr=0.01", "norm.p=0.5"], hydra_node=True)
             assert (cfg.optim.lr, cfg.norm.p) == (0.01, 0.5), (base, norm)
 
 
 @pytest.mark.parametrize("scale", ["mini", "paper"])
 @pytest.mark.parametrize("task", ["convpool", "reader", "retrieval", "rnnsearch", "transformer"])
-def test_batch_keys_are_the_ones_the_task_reads(task: str, scale: str):
+def test_batch_keys_are_the_ones_the_task_reads(task: str, scale: str, compose):
     """Sentence/example batches read train.batch_size; the Transformer's token batches only train.batch_tokens."""
     _need_task(task)
-    cfg = _compose([f"task={task}", f"scale={scale}"])
+    cfg = compose([f"task={task}", f"scale={scale}"], hydra_node=True)
     assert "batching" not in cfg.task
     if task == "transformer":
         assert "batch_size" not in cfg.train and cfg.train.batch_tokens > 0

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from rmsnorm_repro.runner import ConfigError, run
-from runner_fixtures.helpers import tiny
 
 CONVPOOL = ["task=convpool", "norm=rmsnorm", "train.steps=2", "train.eval_every=2", "train.batch_size=8",
             "task.synthetic.train_size=64", "task.synthetic.test_size=32", "task.train_error_size=32",
@@ -16,13 +15,13 @@ CONVPOOL = ["task=convpool", "norm=rmsnorm", "train.steps=2", "train.eval_every=
 
 
 @pytest.mark.parametrize("name", ["bf16", "bf16-mixed"])
-def test_bf16_trains_on_cpu_and_is_recorded(tmp_path, name):
-    summary = run(tiny(tmp_path, f"train.precision={name}", "device=cpu"), tmp_path / "r")
+def test_bf16_trains_on_cpu_and_is_recorded(tmp_path, name, tiny_cfg):
+    summary = run(tiny_cfg(f"train.precision={name}", "device=cpu"), tmp_path / "r")
     assert summary["status"] == "completed" and summary["env"]["precision"] == "bf16"
     assert summary["final"]["error"] < 0.5  # still learns
 
 
-def test_bf16_autocast_really_runs_the_matmuls_in_bf16(tmp_path, monkeypatch):
+def test_bf16_autocast_really_runs_the_matmuls_in_bf16(tmp_path, monkeypatch, tiny_cfg):
     from runner_fixtures import tiny_task
 
     seen = []
@@ -33,27 +32,27 @@ def test_bf16_autocast_really_runs_the_matmuls_in_bf16(tmp_path, monkeypatch):
         return loss(self, model, batch)
 
     monkeypatch.setattr(tiny_task.TinyTask, "loss", spy)
-    run(tiny(tmp_path, "train.precision=bf16", "device=cpu", "train.steps=2"), tmp_path / "r")
+    run(tiny_cfg("train.precision=bf16", "device=cpu", "train.steps=2"), tmp_path / "r")
     assert seen and all(d == torch.bfloat16 for d in seen)
 
 
-def test_a_paper_task_takes_a_bf16_step(tmp_path):
-    summary = run(tiny(tmp_path, *CONVPOOL, "train.precision=bf16", "device=cpu"), tmp_path / "r")
+def test_a_paper_task_takes_a_bf16_step(tmp_path, tiny_cfg):
+    summary = run(tiny_cfg(*CONVPOOL, "train.precision=bf16", "device=cpu"), tmp_path / "r")
     assert summary["status"] == "completed" and math.isfinite(summary["final"]["error"])
 
 
-def test_fp16_on_cpu_and_unknown_names_are_one_line(tmp_path):
+def test_fp16_on_cpu_and_unknown_names_are_one_line(tmp_path, tiny_cfg):
     with pytest.raises(ConfigError, match="train.precision=fp16 needs a CUDA device"):
-        run(tiny(tmp_path, "train.precision=fp16", "device=cpu"), tmp_path / "a")
+        run(tiny_cfg("train.precision=fp16", "device=cpu"), tmp_path / "a")
     with pytest.raises(ConfigError, match="train.precision='fp8' is unknown"):
-        run(tiny(tmp_path, "train.precision=fp8", "device=cpu"), tmp_path / "b")
+        run(tiny_cfg("train.precision=fp8", "device=cpu"), tmp_path / "b")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast and its GradScaler need CUDA")
-def test_fp16_trains_on_cuda_and_checkpoints_its_scaler(tmp_path):
+def test_fp16_trains_on_cuda_and_checkpoints_its_scaler(tmp_path, tiny_cfg):
     from rmsnorm_repro.runner import checkpoint
 
-    summary = run(tiny(tmp_path, "train.precision=fp16", "device=cuda"), tmp_path / "r")
+    summary = run(tiny_cfg("train.precision=fp16", "device=cuda"), tmp_path / "r")
     assert summary["status"] == "completed" and summary["env"]["precision"] == "fp16"
     assert "scaler" in checkpoint.load(tmp_path / "r" / "checkpoints" / "last.pt")

@@ -19,15 +19,15 @@ from rmsnorm_repro.runner import checkpoint
 from rmsnorm_repro.runner.config import config_differences, is_secret_key, scrub
 from rmsnorm_repro.runner.logs import MetricsFile, wandb_settings
 from rmsnorm_repro.runner.optim import beta1_switch, build_optimizer, lr_factor
-from runner_fixtures.helpers import compose_cfg, read_metrics, read_summary, tiny
+from runner_fixtures.helpers import read_metrics, read_summary
 
 # The contract of README "What one run writes"
 SUMMARY_KEYS = {"task", "norm", "p", "seed", "status", "steps", "step_ms_median", "step_ms_mean",
                 "s_per_1k_steps", "final", "best", "env"}
 
 
-def test_a_run_writes_the_contract_files_and_learns(tmp_path):
-    cfg = tiny(tmp_path, "norm=rmsnorm")
+def test_a_run_writes_the_contract_files_and_learns(tmp_path, tiny_cfg):
+    cfg = tiny_cfg("norm=rmsnorm")
     summary = run(cfg, tmp_path / "run")
     run_dir = tmp_path / "run"
     assert (run_dir / "checkpoints" / "last.pt").exists()
@@ -58,11 +58,11 @@ def test_a_run_writes_the_contract_files_and_learns(tmp_path):
     assert summary["final"]["error"] < 0.4 and lines[-1]["loss"] < lines[0]["loss"]
 
 
-def test_resume_continues_exactly_where_a_run_stopped(tmp_path):
-    straight = run(tiny(tmp_path, "train.steps=40"), tmp_path / "straight")
-    first = run(tiny(tmp_path, "train.steps=20"), tmp_path / "split")
+def test_resume_continues_exactly_where_a_run_stopped(tmp_path, tiny_cfg):
+    straight = run(tiny_cfg("train.steps=40"), tmp_path / "straight")
+    first = run(tiny_cfg("train.steps=20"), tmp_path / "split")
     assert first["steps"] == 20
-    resumed = run(tiny(tmp_path, "train.steps=40"), tmp_path / "split")  # a larger budget: allowed
+    resumed = run(tiny_cfg("train.steps=40"), tmp_path / "split")  # a larger budget: allowed
     assert resumed["final"] == straight["final"] and resumed["best"] == straight["best"]
     assert resumed["steps"] == 40 and resumed["status"] == "completed"
     assert [r["step"] for r in read_metrics(tmp_path / "split")] == [5, 10, 15, 20, 25, 30, 35, 40]
@@ -73,8 +73,8 @@ def test_resume_continues_exactly_where_a_run_stopped(tmp_path):
     assert ckpt["step_ms"].numel() == 38
 
 
-def test_rerunning_a_finished_run_changes_nothing(tmp_path):
-    cfg = tiny(tmp_path)
+def test_rerunning_a_finished_run_changes_nothing(tmp_path, tiny_cfg):
+    cfg = tiny_cfg()
     first = run(cfg, tmp_path / "r")
     metrics = (tmp_path / "r" / "metrics.jsonl").read_text()
     again = run(cfg, tmp_path / "r")
@@ -82,22 +82,22 @@ def test_rerunning_a_finished_run_changes_nothing(tmp_path):
     assert (tmp_path / "r" / "metrics.jsonl").read_text() == metrics
 
 
-def test_resume_with_another_config_is_refused_and_leaves_the_run_alone(tmp_path):
-    run(tiny(tmp_path, "train.steps=10"), tmp_path / "r")
+def test_resume_with_another_config_is_refused_and_leaves_the_run_alone(tmp_path, tiny_cfg):
+    run(tiny_cfg("train.steps=10"), tmp_path / "r")
     before = {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir() if p.is_file()}
     with pytest.raises(ConfigError, match=r"another config \(optim.lr: 0.01 -> 0.1\).*choose another hydra.run.dir"):
-        run(tiny(tmp_path, "train.steps=10", "optim.lr=0.1"), tmp_path / "r")
+        run(tiny_cfg("train.steps=10", "optim.lr=0.1"), tmp_path / "r")
     assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir() if p.is_file()} == before
 
 
-def test_lowering_the_budget_below_the_checkpoint_is_refused(tmp_path):
-    run(tiny(tmp_path, "train.steps=20"), tmp_path / "r")
+def test_lowering_the_budget_below_the_checkpoint_is_refused(tmp_path, tiny_cfg):
+    run(tiny_cfg("train.steps=20"), tmp_path / "r")
     with pytest.raises(ConfigError, match="at step 20 but train.steps=10"):
-        run(tiny(tmp_path, "train.steps=10"), tmp_path / "r")
+        run(tiny_cfg("train.steps=10"), tmp_path / "r")
 
 
-def test_nan_loss_stops_the_run_as_diverged(tmp_path):
-    summary = run(tiny(tmp_path, "norm=none", "optim.lr=1e30"), tmp_path / "r")
+def test_nan_loss_stops_the_run_as_diverged(tmp_path, tiny_cfg):
+    summary = run(tiny_cfg("norm=none", "optim.lr=1e30"), tmp_path / "r")
     assert summary["status"] == "diverged" and summary["steps"] < 40
     assert summary["diverged_at"] == summary["steps"]
     assert read_summary(tmp_path / "r")["status"] == "diverged"
@@ -106,14 +106,14 @@ def test_nan_loss_stops_the_run_as_diverged(tmp_path):
     assert "error" not in summary["final"]  # no test evaluation of a diverged model
 
 
-def test_wall_clock_budget_stops_cleanly(tmp_path):
-    summary = run(tiny(tmp_path, "train.max_minutes=0.003", "task.sleep_ms=20", "train.steps=1000"), tmp_path / "r")
+def test_wall_clock_budget_stops_cleanly(tmp_path, tiny_cfg):
+    summary = run(tiny_cfg("train.max_minutes=0.003", "task.sleep_ms=20", "train.steps=1000"), tmp_path / "r")
     assert summary["status"] == "completed" and 1 <= summary["steps"] < 1000
     assert "error" in summary["final"]  # a finished run: tested at the end
     assert checkpoint.load(tmp_path / "r" / "checkpoints" / "last.pt")["step"] == summary["steps"]
 
 
-def test_a_crash_writes_status_failed_and_finishes_wandb(tmp_path, monkeypatch):
+def test_a_crash_writes_status_failed_and_finishes_wandb(tmp_path, monkeypatch, tiny_cfg):
     calls = []
 
     class FakeRun:
@@ -127,7 +127,7 @@ def test_a_crash_writes_status_failed_and_finishes_wandb(tmp_path, monkeypatch):
 
     fake = types.SimpleNamespace(init=lambda **kw: calls.append(("init", kw)) or FakeRun())
     monkeypatch.setitem(sys.modules, "wandb", fake)
-    cfg = tiny(tmp_path, "task.crash_at=3", "logger=wandb", "logger.mode=offline", "+extra.api_key=hunter2hunter2")
+    cfg = tiny_cfg("task.crash_at=3", "logger=wandb", "logger.mode=offline", "+extra.api_key=hunter2hunter2")
     with pytest.raises(RuntimeError, match="crashes at step 3"):
         run(cfg, tmp_path / "r", experiment="table9")
     assert calls[-1] == ("finish", 1)
@@ -140,18 +140,18 @@ def test_a_crash_writes_status_failed_and_finishes_wandb(tmp_path, monkeypatch):
     assert "hunter2" not in (tmp_path / "r" / "config.yaml").read_text()
 
 
-def test_wandb_online_without_a_key_fails_before_anything_runs(tmp_path, monkeypatch):
+def test_wandb_online_without_a_key_fails_before_anything_runs(tmp_path, monkeypatch, tiny_cfg):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
     monkeypatch.setenv("NETRC", str(tmp_path / "none"))
     monkeypatch.setenv("WANDB_MODE", "online")
     with pytest.raises(ConfigError, match="wandb online mode needs an API key.*wandb login"):
-        run(tiny(tmp_path, "logger=wandb"), tmp_path / "r")
+        run(tiny_cfg("logger=wandb"), tmp_path / "r")
     assert not (tmp_path / "r" / "config.yaml").exists()
 
 
-def test_wandb_name_group_and_p():
-    cfg = compose_cfg(["task=tiny", "norm=prmsnorm", "seed=3", "logger=wandb"])
+def test_wandb_name_group_and_p(compose):
+    cfg = compose(["task=tiny", "norm=prmsnorm", "seed=3", "logger=wandb"])
     s = wandb_settings(cfg, {}, None)
     assert (s["name"], s["group"]) == ("prmsnorm-p0.0625-s3", "tiny")
 
@@ -172,9 +172,9 @@ def test_wandb_name_group_and_p():
     (["device=tpu"], "device='tpu' is unknown; choose auto, cpu, cuda or cuda:<index>"),
     (["allocator=jemalloc"], "allocator='jemalloc' is unknown; choose one of: tuned, default"),
 ])
-def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, overrides, message):
+def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, overrides, message, tiny_cfg):
     with pytest.raises(ConfigError, match=message) as info:
-        run(tiny(tmp_path, *overrides), tmp_path / "r")
+        run(tiny_cfg(*overrides), tmp_path / "r")
     assert "\n" not in str(info.value)
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
 
@@ -246,10 +246,10 @@ def test_secret_scrubbing(monkeypatch):
                            "overrides": ["norm=rmsnorm", "+logger.token=<redacted>", "task.max_tokens=10"]}
 
 
-def test_launcher_and_logger_groups_compose():
-    cfg = compose_cfg(["task=tiny", "launcher=joblib", "logger=wandb"], hydra_node=True)
+def test_launcher_and_logger_groups_compose(compose):
+    cfg = compose(["task=tiny", "launcher=joblib", "logger=wandb"], hydra_node=True)
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
     assert cfg.logger.name == "wandb" and cfg.logger.mode is None
-    basic = compose_cfg(["task=tiny"], hydra_node=True)
+    basic = compose(["task=tiny"], hydra_node=True)
     assert basic.hydra.launcher._target_.endswith("BasicLauncher")
     assert basic.hydra.run.dir == "results/runs/tiny/synthetic-mini/rmsnorm-p1.0-s1"

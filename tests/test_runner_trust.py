@@ -18,7 +18,7 @@ import torch
 from rmsnorm_repro.runner import ConfigError, run
 from rmsnorm_repro.runner import checkpoint
 from runner_fixtures import tiny_task
-from runner_fixtures.helpers import read_metrics, read_summary, tiny
+from runner_fixtures.helpers import read_metrics, read_summary
 
 DECAY = ["optim.schedule.name=linear_decay", "optim.schedule.decay_start=0.5", "optim.schedule.beta1_after_decay=0.5"]
 
@@ -27,34 +27,34 @@ def _lrs(run_dir):
     return [(r["step"], r["lr"], r["loss"]) for r in read_metrics(run_dir)]
 
 
-def test_resume_to_more_steps_that_would_splice_the_schedule_is_refused(tmp_path):
+def test_resume_to_more_steps_that_would_splice_the_schedule_is_refused(tmp_path, tiny_cfg):
     # linear_decay depends on train.steps: 40 steps decayed from step 20 to 0 at 40; a 60-step run
     # decays from 30. Continuing the 40-step run to 60 would not be a 60-step run.
-    run(tiny(tmp_path, "train.steps=40", *DECAY), tmp_path / "r")
+    run(tiny_cfg("train.steps=40", *DECAY), tmp_path / "r")
     with pytest.raises(ConfigError, match=r"train.steps.*40.*60.*schedule.*start over"):
-        run(tiny(tmp_path, "train.steps=60", *DECAY), tmp_path / "r")
+        run(tiny_cfg("train.steps=60", *DECAY), tmp_path / "r")
     assert read_summary(tmp_path / "r")["steps"] == 40  # left alone
 
 
-def test_resume_to_more_steps_before_the_schedule_depends_on_them_equals_a_fresh_run(tmp_path):
+def test_resume_to_more_steps_before_the_schedule_depends_on_them_equals_a_fresh_run(tmp_path, tiny_cfg):
     # a 40-step run stopped (SIGTERM) before step 20, where its decay starts, continued to 60 steps:
     # every step it trained had the lr and beta1 of a 60-step run, so it equals a fresh one
     slow = ("task.sleep_ms=30", "train.log_every=1", *DECAY)
     threading.Timer(0.6, os.kill, (os.getpid(), signal.SIGTERM)).start()
-    stopped = run(tiny(tmp_path, "train.steps=40", *slow), tmp_path / "r")
+    stopped = run(tiny_cfg("train.steps=40", *slow), tmp_path / "r")
     assert stopped["status"] == "interrupted" and stopped["steps"] < 20
-    resumed = run(tiny(tmp_path, "train.steps=60", *slow), tmp_path / "r")
-    fresh = run(tiny(tmp_path, "train.steps=60", *slow), tmp_path / "fresh")
+    resumed = run(tiny_cfg("train.steps=60", *slow), tmp_path / "r")
+    fresh = run(tiny_cfg("train.steps=60", *slow), tmp_path / "fresh")
     assert resumed["final"] == fresh["final"]
     assert _lrs(tmp_path / "r") == _lrs(tmp_path / "fresh")
 
 
-def test_a_budget_stopped_run_is_finished_and_a_rerun_changes_nothing(tmp_path):
+def test_a_budget_stopped_run_is_finished_and_a_rerun_changes_nothing(tmp_path, tiny_cfg):
     args = ("train.max_minutes=0.003", "task.sleep_ms=20", "train.steps=1000")
-    first = run(tiny(tmp_path, *args), tmp_path / "r")
+    first = run(tiny_cfg(*args), tmp_path / "r")
     assert first["status"] == "completed" and first["steps"] < 1000 and first["stopped_by"] == "train.max_minutes"
     files = {p: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()}
-    again = run(tiny(tmp_path, *args), tmp_path / "r")
+    again = run(tiny_cfg(*args), tmp_path / "r")
     assert again == first
     assert {p: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()} == files
 
@@ -67,7 +67,7 @@ def _hold(run_dir, started, release):
     run(cfg, run_dir)
 
 
-def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path):
+def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path, tiny_cfg):
     ctx = mp.get_context("spawn")
     started = ctx.Event()
     other = ctx.Process(target=_hold, args=(tmp_path / "r", started, None))
@@ -78,7 +78,7 @@ def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path):
         while not (tmp_path / "r" / "metrics.jsonl").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         with pytest.raises(ConfigError, match=r"another process .*pid \d+"):
-            run(tiny(tmp_path, "task.sleep_ms=50", "train.steps=1000", "train.max_minutes=0.05"), tmp_path / "r")
+            run(tiny_cfg("task.sleep_ms=50", "train.steps=1000", "train.max_minutes=0.05"), tmp_path / "r")
     finally:
         other.join(120)
     assert read_summary(tmp_path / "r")["status"] == "completed"  # the first run's files, whole
@@ -86,41 +86,41 @@ def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path):
 
 @pytest.mark.parametrize("override", ["optim.lr=inf", "optim.lr=nan", "optim.clip=inf", "optim.eps=inf",
                                       "train.max_minutes=inf", "norm.eps=inf", "norm.eps=nan"])
-def test_non_finite_settings_are_refused_at_start(tmp_path, override):
+def test_non_finite_settings_are_refused_at_start(tmp_path, override, tiny_cfg):
     with pytest.raises(ConfigError, match=override.split("=")[0].replace(".", r"\.")):
-        run(tiny(tmp_path, override), tmp_path / "r")
+        run(tiny_cfg(override), tmp_path / "r")
     assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("split", ["valid", "test"])
-def test_a_signal_during_evaluation_stops_within_seconds(tmp_path, split, monkeypatch):
+def test_a_signal_during_evaluation_stops_within_seconds(tmp_path, split, monkeypatch, tiny_cfg):
     # the evaluation sends the run SIGTERM as it begins, then would take 20 s
     monkeypatch.setattr(tiny_task, "SIGTERM_IN_EVAL", split)
     t0 = time.monotonic()
-    summary = run(tiny(tmp_path, "train.steps=40", "train.eval_every=20"), tmp_path / "r")
+    summary = run(tiny_cfg("train.steps=40", "train.eval_every=20"), tmp_path / "r")
     assert time.monotonic() - t0 < 10
     assert summary["status"] == "interrupted" and summary["interrupted_by"] == "SIGTERM"
     saved = checkpoint.load(tmp_path / "r" / "checkpoints" / "last.pt")["step"]
     assert saved == summary["steps"] == (20 if split == "valid" else 40)
     # the rerun finishes it: evaluation is redone, never a step trained twice
-    done = run(tiny(tmp_path, "train.steps=40", "train.eval_every=20"), tmp_path / "r")
+    done = run(tiny_cfg("train.steps=40", "train.eval_every=20"), tmp_path / "r")
     assert done["status"] == "completed" and "error" in done["final"]
     assert [r["step"] for r in read_metrics(tmp_path / "r")] == [5, 10, 15, 20, 25, 30, 35, 40]
 
 
-def test_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path):
-    run(tiny(tmp_path, "train.steps=20"), tmp_path / "r")
+def test_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path, tiny_cfg):
+    run(tiny_cfg("train.steps=20"), tmp_path / "r")
     ckpt = tmp_path / "r" / "checkpoints" / "last.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:2000])
     with pytest.raises(ConfigError) as e:
-        run(tiny(tmp_path, "train.steps=40"), tmp_path / "r")
+        run(tiny_cfg("train.steps=40"), tmp_path / "r")
     message = str(e.value)
     assert str(ckpt) in message and "start over" in message and "\n" not in message
     assert "weights_only" not in message
 
 
-def test_step_time_is_the_median_with_a_spread(tmp_path):
-    summary = run(tiny(tmp_path, "train.steps=40"), tmp_path / "r")
+def test_step_time_is_the_median_with_a_spread(tmp_path, tiny_cfg):
+    summary = run(tiny_cfg("train.steps=40"), tmp_path / "r")
     assert summary["s_per_1k_steps"] == summary["step_ms_median"]
     q1, q3 = summary["step_ms_q1"], summary["step_ms_q3"]
     lo, hi = summary["s_per_1k_steps_ci95"]

@@ -8,7 +8,7 @@ import torch
 
 from rmsnorm_repro.runner import ConfigError, checkpoint, run
 from rmsnorm_repro.runner.setup import normalization, task_class
-from runner_fixtures.helpers import read_metrics, tiny
+from runner_fixtures.helpers import read_metrics
 
 # lr high enough that the valid error moves around between evaluations
 NOISY = ("optim.lr=0.05", "train.steps=60", "train.eval_every=5", "train.log_every=5")
@@ -24,8 +24,8 @@ def _test_metrics_of(cfg, weights_path):
         return task.evaluate(model, "test")
 
 
-def test_the_test_set_scores_the_weights_of_the_best_validation_step(tmp_path):
-    cfg = tiny(tmp_path, *NOISY)
+def test_the_test_set_scores_the_weights_of_the_best_validation_step(tmp_path, tiny_cfg):
+    cfg = tiny_cfg(*NOISY)
     summary = run(cfg, tmp_path / "r")
     evals = {r["step"]: r["error"] for r in read_metrics(tmp_path / "r") if "error" in r}
     best_step = min(evals, key=lambda s: (evals[s], s))  # the first of equal minima
@@ -40,8 +40,8 @@ def test_the_test_set_scores_the_weights_of_the_best_validation_step(tmp_path):
         assert checkpoint.load(tmp_path / "r" / "checkpoints" / "last.pt")["step"] == 60
 
 
-def test_select_last_scores_the_final_weights(tmp_path):
-    cfg = tiny(tmp_path, *NOISY, "train.select_metric=last")
+def test_select_last_scores_the_final_weights(tmp_path, tiny_cfg):
+    cfg = tiny_cfg(*NOISY, "train.select_metric=last")
     summary = run(cfg, tmp_path / "r")
     assert summary["selected_step"] == 60 and summary["selection"] == "last"
     assert not (tmp_path / "r" / "checkpoints" / "best.pt").exists()
@@ -49,27 +49,27 @@ def test_select_last_scores_the_final_weights(tmp_path):
         k: v for k, v in _test_metrics_of(cfg, tmp_path / "r" / "checkpoints" / "last.pt").items() if k in ("error", "accuracy")}
 
 
-def test_early_stopping_after_patience_evaluations_without_a_new_best(tmp_path):
+def test_early_stopping_after_patience_evaluations_without_a_new_best(tmp_path, tiny_cfg):
     # "best" = the highest train-set-like loss: it never improves after the first evaluation
     args = (*NOISY, "train.select_metric=loss", "train.select_mode=max", "train.early_stop_patience=2")
-    summary = run(tiny(tmp_path, *args), tmp_path / "r")
+    summary = run(tiny_cfg(*args), tmp_path / "r")
     evals = [r["step"] for r in read_metrics(tmp_path / "r") if "error" in r]
     losses = [r["valid_loss"] for r in read_metrics(tmp_path / "r") if "error" in r]
     first_best = evals[losses.index(max(losses))]
     assert summary["status"] == "completed" and summary["stopped_by"] == "early_stopping"
     assert summary["steps"] == evals[-1] < 60 and len(evals) - 1 - evals.index(first_best) == 2
     # finished: the same command again trains nothing
-    again = run(tiny(tmp_path, *args), tmp_path / "r")
+    again = run(tiny_cfg(*args), tmp_path / "r")
     assert again == summary
 
 
-def test_resume_keeps_both_checkpoints_and_selects_like_one_run(tmp_path):
-    straight = run(tiny(tmp_path, *NOISY), tmp_path / "straight")
-    run(tiny(tmp_path, *NOISY[:1], "train.steps=30", *NOISY[2:]), tmp_path / "split")
-    resumed = run(tiny(tmp_path, *NOISY), tmp_path / "split")
+def test_resume_keeps_both_checkpoints_and_selects_like_one_run(tmp_path, tiny_cfg):
+    straight = run(tiny_cfg(*NOISY), tmp_path / "straight")
+    run(tiny_cfg(*NOISY[:1], "train.steps=30", *NOISY[2:]), tmp_path / "split")
+    resumed = run(tiny_cfg(*NOISY), tmp_path / "split")
     assert resumed["selected_step"] == straight["selected_step"] and resumed["final"] == straight["final"]
 
 
-def test_an_unknown_selection_metric_is_one_line(tmp_path):
+def test_an_unknown_selection_metric_is_one_line(tmp_path, tiny_cfg):
     with pytest.raises(ConfigError, match="train.select_metric=bleu is not a validation metric of task=tiny"):
-        run(tiny(tmp_path, "train.select_metric=bleu"), tmp_path / "r")
+        run(tiny_cfg("train.select_metric=bleu"), tmp_path / "r")

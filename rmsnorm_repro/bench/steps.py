@@ -13,7 +13,6 @@ import csv
 import gc
 import statistics
 import time
-from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from . import figures as figs
 from .aggregate import load_runs
-from .tables import PAGES, render_page, write_atomic
+from ..atomic import atomic_write_text
+from .tables import PAGES, render_page
 
 
 def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir: Path,
@@ -45,7 +46,7 @@ def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir:
                 drawn[figure] = figs.draw(figure, runs, figures_dir / f"{figure}.png")
         text = render_page(name, runs, str(runs_dir), drawn, tables_dir)
         path = tables_dir / f"{name}.md"
-        write_atomic(path, text)
+        atomic_write_text(path, text)
         written[name] = path
     return written
 

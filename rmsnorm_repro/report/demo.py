@@ -25,7 +25,8 @@ from . import figures as figs
 from . import table1
 from .aggregate import Run, describe_env, load_runs
 from .claims import all_claims
-from .tables import PAGES, render_page, write_atomic
+from ..atomic import atomic_write_text
+from .tables import PAGES, render_page
 
 ROOT = repo_dir() or Path.cwd()  # the checkout (results/mini is committed there), else where it is run
 
@@ -100,7 +101,7 @@ def load_timings(out: Path) -> dict[str, tuple[int, float]]:
 def save_timings(out: Path, timings: dict[str, tuple[int, float]]) -> None:
     path = _timings_file(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps({k: [code, round(seconds, 1)] for k, (code, seconds) in timings.items()}, indent=1) + "\n")
+    atomic_write_text(path, json.dumps({k: [code, round(seconds, 1)] for k, (code, seconds) in timings.items()}, indent=1) + "\n")
 
 
 def finished_at(runs: list[Run]) -> str:
@@ -152,7 +153,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
                 embedded.add(figure)
         lines += ["", render_page(name, page_runs, str((runs_root / sweep).relative_to(out)), paths, out, heading="##").rstrip()]
     path = out / "REPORT.md"
-    write_atomic(path, "\n".join(lines) + "\n")
+    atomic_write_text(path, "\n".join(lines) + "\n")
     return path
 
 

@@ -27,7 +27,8 @@ from . import figures as figs
 from .aggregate import Group, Run, describe_env, group_runs
 from .claims import FAILS, HOLDS, LEARNED_BLEU, UNSURE, Claim, _by_norm, _fmt, convergence_claim, speed_claims
 from .demo import ROOT, finished_at, load_timings, run_logged, runs_of, save_timings
-from .tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table, write_atomic
+from ..atomic import atomic_write_text
+from .tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
 
 TASKS = ("rnnsearch", "transformer")
 NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
@@ -275,7 +276,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
         if drawer(group_runs(figs.unique_runs(task_runs)), path):
             lines += ["", f"![{task}]({Path(os.path.relpath(path, out)).as_posix()})"]
     path = out / "REPORT.md"
-    write_atomic(path, "\n".join(lines) + "\n")
+    atomic_write_text(path, "\n".join(lines) + "\n")
     return path
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
+from ..atomic import atomic_write_text
 from ..norms import Normalization, build_normalization
 from ..paths import paper_dir, repo_dir
 
@@ -217,18 +217,6 @@ def render(changes: dict[str, dict[str, float]], paper: dict[str, dict[str, str]
     return "\n".join(lines) + "\n", matches
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file in the same directory, so readers never see half a table."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # per process: concurrent writers never share it
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT_MD, help="Markdown output (default: %(default)s)")
@@ -236,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="draw of parameters and data (default: %(default)s)")
     args = parser.parse_args(argv)
     text, matches = render(compute(args.seed), read_paper(args.paper), args.seed)
-    write_atomic(args.out, text)
+    atomic_write_text(args.out, text)
     print(text, end="")
     return 0 if matches == len(METHODS) * len(TRANSFORMATIONS) else 1
 

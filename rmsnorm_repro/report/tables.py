@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -335,17 +334,3 @@ def _shown(path: Path, root: Path | None) -> str:
         return path.relative_to(root).as_posix() if root is not None else path.as_posix()
     except ValueError:
         return path.as_posix()
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename: readers never see half a page."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; a report is for everyone to read
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

@@ -13,10 +13,10 @@ import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from omegaconf import DictConfig
 
+from ..atomic import atomic_write_text
 from .config import ConfigError, scrub
 
 log = logging.getLogger("rmsnorm_repro.train")
@@ -33,9 +33,7 @@ def finite_or_none(value: Any) -> Any:
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:
     """Atomic: readers (the report, a sweep monitor) never see half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(finite_or_none(obj), indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(finite_or_none(obj), indent=2, allow_nan=False) + "\n")
 
 
 class MetricsFile:
@@ -60,9 +58,7 @@ class MetricsFile:
                     continue
                 if record.get("step", math.inf) <= step:
                     kept.append(line + "\n")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, "".join(kept))
 
     def log(self, record: dict[str, Any]) -> None:
         self.file.write(json.dumps(finite_or_none(record), allow_nan=False) + "\n")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
-import statistics
 import time
 import traceback
 from pathlib import Path

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor
+from ...atomic import atomic_path
 
 # ---------------------------------------------------------------------------------------------------
 # CIFAR-10
@@ -88,10 +89,8 @@ def zca_whitener(train_u8: Tensor, eps: float, cache_dir: str | os.PathLike | No
         return saved["mean"], saved["w"]
     mean, w = fit_zca(scale_pixels(train_u8).flatten(1), eps)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        torch.save({"mean": mean.cpu(), "w": w.cpu()}, tmp)
-        os.replace(tmp, path)  # atomic: a concurrent run never reads half a file
+        with atomic_path(path) as tmp:  # a concurrent run never reads half a file
+            torch.save({"mean": mean.cpu(), "w": w.cpu()}, tmp)
     return mean, w
 
 

@@ -363,10 +363,8 @@ class TranslationData:
         if path.exists():
             return Encoded.from_state(torch.load(path, weights_only=True))
         enc = Encoded(self.vocab.encode(pair[0]), self.vocab.encode(pair[1]))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        torch.save(enc.state(), tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            torch.save(enc.state(), tmp)
         return enc
 
     def _encode_eval(self, name: str, pair: Pair, cut: int) -> Encoded:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import sentencepiece as spm
+from ...atomic import atomic_path
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -89,9 +90,8 @@ def build_vocab(
             num_threads=max(1, os.cpu_count() or 1),
             minloglevel=2,
         )
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(proto.getvalue())
-        os.replace(tmp, path)  # atomic: concurrent runs never read a half-written model
+        with atomic_path(path) as tmp:  # concurrent runs never read a half-written model
+            tmp.write_bytes(proto.getvalue())
     return Vocab(path)
 
 
