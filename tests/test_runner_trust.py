@@ -4,7 +4,6 @@ The tiny task of tests/runner_fixtures (an MLP on Gaussian blobs) stands in for 
 """
 from __future__ import annotations
 
-import json
 import math
 import multiprocessing as mp
 import os
@@ -13,7 +12,6 @@ import threading
 import time
 
 import pytest
-import torch
 
 from rmsnorm_repro.runner import ConfigError, run
 from rmsnorm_repro.runner import checkpoint
