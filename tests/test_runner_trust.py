@@ -132,3 +132,16 @@ def test_one_slow_step_does_not_move_the_step_time():
     spiked = step_time_stats([10.0] * 50 + [11.0] * 48 + [30_000.0])  # a kernel build inside one step
     assert spiked["s_per_1k_steps"] == steady["s_per_1k_steps"]
     assert math.isclose(spiked["step_ms_median"], steady["step_ms_median"])
+
+
+def test_the_norm_kernel_is_ready_before_the_clock_starts(tiny_cfg, tmp_path, monkeypatch):
+    """A 30-77 s first-use kernel build once landed inside step 1, and so inside the time budget."""
+    from rmsnorm_repro.norms.rmsnorm import RMSNormalization
+    from rmsnorm_repro.runner import loop
+
+    events = []
+    monkeypatch.setattr(RMSNormalization, "prepare", lambda self, device="cpu": events.append("prepare") or "reference")
+    train = loop.train
+    monkeypatch.setattr(loop, "train", lambda *a, **k: events.append("clock starts") or train(*a, **k))
+    run(tiny_cfg("norm=rmsnorm", "train.steps=2"), tmp_path / "r")
+    assert events == ["prepare", "clock starts"]

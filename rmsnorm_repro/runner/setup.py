@@ -114,6 +114,8 @@ def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
     if not world.main:
         log.setLevel(logging.WARNING)  # rank 0 reports progress; the others only what goes wrong
     device = distributed.rank_device(plan.device, world)
+    # the norm's kernel (the fused CPU build: 30-60 s the first time) is ready before any clock starts
+    plan.norms.prepare(device)
     seed_everything(cfg.seed)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
     try:
         task = plan.task_cls(cfg, plan.norms, device)
