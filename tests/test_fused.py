@@ -75,20 +75,22 @@ def _forward_backward_of_view(view, w, b, impl):
     return [y, *torch.autograd.grad(y, inputs, dy)]
 
 
-@pytest.mark.parametrize("view", ["transposed", "gate block", "3d slice"])
+@pytest.mark.parametrize("view", ["transposed", "gate block", "gate block over time", "3d slice"])
 def test_non_contiguous_input(ext, view):
-    """Strided inputs equal the reference; a 2-D block of wider rows (a GRU's gate block of U h) is
-    read in place, other layouts are copied first."""
+    """Strided inputs equal the reference; rows at one fixed stride (a GRU's gate block of U h for one
+    step, or of W x for all T steps at once) are read in place, other layouts are copied first."""
     x, _, _ = make((40, 12), bias=False)
-    x = {"transposed": x.t(), "gate block": x[:, 3:9], "3d slice": x.view(4, 10, 12)[:, ::2, 2:8]}[view]
+    x = {"transposed": x.t(), "gate block": x[:, 3:9], "gate block over time": x.view(4, 10, 12)[..., 3:9],
+         "3d slice": x.view(4, 10, 12)[:, ::2, 2:8]}[view]
     assert not x.is_contiguous()
     _, w, b = make((1, x.shape[-1]), bias=True, seed=2)
     for a, r in zip(_forward_backward_of_view(x, w, b, "fused"), _forward_backward_of_view(x, w, b, "reference")):
         torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
-    if view == "gate block":
-        with torch.profiler.profile() as prof, torch.no_grad():
-            fn.rms_norm(x, w, b, 0.5, 1e-8, False, impl="fused")
-        assert not [e.name for e in prof.events() if e.name in ("aten::contiguous", "aten::copy_", "aten::clone")]
+    with torch.profiler.profile() as prof:
+        y = fn.rms_norm(x, w, b, 0.5, 1e-8, False, impl="fused")
+        y.backward(torch.ones_like(y))
+    copies = [e.name for e in prof.events() if e.name in ("aten::contiguous", "aten::copy_", "aten::clone")]
+    assert bool(copies) == (view == "transposed")
 
 
 def _dx_allocations(backward) -> int:
@@ -97,7 +99,7 @@ def _dx_allocations(backward) -> int:
     with torch.profiler.profile() as prof:
         backward()
     return sum(1 for e in prof.events()
-               if e.name == "aten::empty" and e.cpu_parent is not None and "RMSNormFunction" in e.cpu_parent.name)
+               if e.name == "aten::empty" and e.cpu_parent is not None and e.cpu_parent.name == "rmsnorm_repro::rms_norm_backward")
 
 
 def test_backward_overwrites_only_a_gradient_nobody_else_holds(ext):
@@ -261,12 +263,50 @@ def test_reference_impl_and_bad_impl():
         build_normalization("rmsnorm", {"impl": "cuda"})
 
 
-def test_mixed_dtypes_take_the_reference(ext):
-    x = torch.randn(3, 8, dtype=torch.bfloat16)
-    w = torch.ones(8)  # float32 gain with bf16 activations (autocast): torch promotes
-    y = fn.rms_norm(x, w, impl="fused")
-    assert y.dtype == torch.float32
-    torch.testing.assert_close(y, fn.rms_norm(x, w))
+@pytest.mark.parametrize("dtype", [torch.bfloat16])
+def test_float32_parameters_beside_low_precision_x(ext, dtype):
+    """Autocast's mix (bf16 activations, float32 gain and bias): the kernel reads the gain in float32
+    and returns x's dtype, as F.layer_norm does; dgain and dbias come back in float32; all close to
+    the float64 reference of the same rounded inputs. (float16 takes the reference on CPU.)"""
+    x, w, b = make((6, 40), bias=True)
+    x = x.to(dtype)
+    xg = x.detach().clone().requires_grad_()
+    wf, bf = (t.detach().float().requires_grad_() for t in (w, b))
+    y = fn.rms_norm(xg, wf, bf, 0.5, 1e-6, False, impl="fused")
+    assert y.dtype == dtype
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    grads = torch.autograd.grad(y, (xg, wf, bf), dy)
+    assert [g.dtype for g in grads] == [dtype, torch.float32, torch.float32]
+    y_ref = fn.rms_norm(x.double(), w, b, 0.5, 1e-6)  # float64, from the same rounded x
+    ref = [y_ref, *torch.autograd.grad(y_ref, (w, b), dy.double())]
+    tol = 1e-2
+    torch.testing.assert_close(y.double(), ref[0], rtol=tol, atol=tol)
+    for got, want in zip(grads[1:], ref[1:]):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+def test_module_under_autocast_returns_x_dtype_like_layer_norm(ext):
+    torch.manual_seed(0)
+    lin, norm = torch.nn.Linear(16, 32), RMSNorm(32, impl="auto")
+    x = torch.randn(5, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = lin(x)
+        y = norm(h)
+        ln = torch.nn.functional.layer_norm(h, (32,), torch.ones(32), torch.zeros(32))
+    assert norm.kernel_name == "fused-cpu" and y.dtype == ln.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert norm.weight.grad.dtype == torch.float32
+    torch.testing.assert_close(y.double(), fn.rms_norm(h.double(), norm.weight.double()), rtol=1e-2, atol=1e-2)
+
+
+def test_unsupported_mixes_take_the_reference(ext):
+    x = torch.randn(3, 8, dtype=torch.float32)
+    w = torch.ones(8, dtype=torch.float64)  # no autocast mix: torch promotes
+    assert fn.rms_norm(x, w, impl="fused").dtype == torch.float64
+    assert fused.kernel("fused", "cpu", torch.float32, torch.float64)[0] == "reference"
+    assert fused.kernel("fused", "cpu", torch.bfloat16, None)[0] == "reference"  # gain and bias of two dtypes
+    assert fused.kernel("fused", "cpu", torch.bfloat16, torch.float32)[0] == "fused-cpu"
+    assert fused.kernel("fused", "cpu", torch.float16, torch.float16)[0] == "reference"  # not compiled in
 
 
 def test_missing_compiler_falls_back_with_a_warning(monkeypatch):
@@ -276,7 +316,7 @@ def test_missing_compiler_falls_back_with_a_warning(monkeypatch):
     # what a machine without a compiler sees from here on
     monkeypatch.setattr(cpu, "load", lambda: None)
     monkeypatch.setattr(fused, "_used", {})
-    fused.resolve.cache_clear()
+    fused.clear_caches()
     try:
         assert fused.resolve("auto", "cpu") == "reference"
         assert fused.resolve("fused", "cpu") == "reference"
@@ -284,7 +324,7 @@ def test_missing_compiler_falls_back_with_a_warning(monkeypatch):
         torch.testing.assert_close(fn.rms_norm(x, None, impl="auto"), fn.rms_norm(x, None))
         assert build_normalization("rmsnorm", {"impl": "auto"}).describe()["impl_used"] == "reference"
     finally:
-        fused.resolve.cache_clear()
+        fused.clear_caches()
 
 
 def test_failing_build_falls_back_with_a_warning(monkeypatch, tmp_path):
@@ -375,17 +415,59 @@ def test_bench_targets_say_which_hold():
     assert "not measurable" in transformer
 
 
-def test_fused_inside_torch_compile_traces_the_reference():
-    """impl=auto inside a compiled model must not break the graph at the opaque kernel.
+def test_compiled_graph_calls_the_kernel_as_custom_ops_on_cpu(ext):
+    """impl=auto inside torch.compile on CPU: the fused kernel as opaque custom ops with an autograd
+    formula (fused/ops.py), no graph break, the same results; impl=reference traces the formulas."""
+    from torch._dynamo.testing import CompileCounterWithBackend
 
-    (backend="eager": dynamo's tracing only, no code generation, to keep the test fast; impl=compile
-    itself runs in the kernel benchmark.)
-    """
-    x = torch.randn(3, 10, dtype=DT)
-    w = torch.rand(10, dtype=DT) + 0.5
-    compiled = torch.compile(lambda x: fn.rms_norm(x, w, None, 0.5, 1e-6, True, impl="auto"), fullgraph=True,
-                             backend="eager")
-    torch.testing.assert_close(compiled(x), fn.rms_norm(x, w, None, 0.5, 1e-6, True))
+    x = torch.randn(3, 10, dtype=DT, requires_grad=True)
+    w = (torch.rand(10, dtype=DT) + 0.5).requires_grad_()
+    dy = torch.randn(3, 10, dtype=DT)
+    want = [fn.rms_norm(x, w, None, 0.5, 1e-6, True)]
+    want += torch.autograd.grad(want[0], (x, w), dy)
+    for impl, has_op in (("auto", True), ("reference", False)):
+        torch._dynamo.reset()
+        counter = CompileCounterWithBackend("aot_eager")
+        compiled = torch.compile(lambda x, w: fn.rms_norm(x, w, None, 0.5, 1e-6, True, impl=impl), fullgraph=True,
+                                 backend=counter)
+        y = compiled(x, w)
+        got = [y, *torch.autograd.grad(y, (x, w), dy)]
+        for a, r in zip(got, want):
+            torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+        graph = "\n".join(str(n.target) for g in counter.graphs for n in g.graph.nodes)
+        assert ("rmsnorm_repro.rms_norm_fwd" in graph) == has_op, graph
+
+
+@pytest.mark.parametrize("p,eps_inside,affine", [(1.0, False, "gain+bias"), (0.3, True, "gain"), (0.5, False, "none")])
+def test_custom_ops_equal_the_reference_with_and_without_the_kernel(ext, monkeypatch, p, eps_inside, affine):
+    """The ops' own torch fallback (no compiler) computes the kernel's math: both against float64."""
+    from rmsnorm_repro.norms.fused import ops
+
+    x, w, b = make((2, 3, 20), bias="bias" in affine, weight=affine != "none")
+    x[0, 0] = 0.0  # a zero row
+    ref = forward_backward(x, w, b, p, 1e-5, eps_inside, "reference")
+    k = fn.partial_k(20, p)
+
+    def through_ops():
+        xi = x.clone().requires_grad_()
+        y = ops.rms_norm(xi, w, b, k, 1e-5, eps_inside)
+        dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=DT)
+        return [y, *torch.autograd.grad(y, [t for t in (xi, w, b) if t is not None], dy)]
+
+    for a, r in zip(through_ops(), ref):
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(cpu, "load", lambda: None)
+    for a, r in zip(through_ops(), ref):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-10)
+
+
+def test_custom_ops_pass_torch_library_opcheck(ext):
+    from rmsnorm_repro.norms.fused import ops
+
+    x = torch.randn(4, 12, dtype=DT, requires_grad=True)
+    w = torch.rand(12, dtype=DT).requires_grad_()
+    torch.library.opcheck(ops.rms_norm_fwd, (x, w, None, 6, 1e-5, False),
+                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
 
 
 def test_double_backward_is_refused_clearly(ext):
@@ -394,3 +476,156 @@ def test_double_backward_is_refused_clearly(ext):
     y = fn.rms_norm(x, w, impl="fused")
     with pytest.raises(RuntimeError, match="differentiable once"):
         torch.autograd.grad(y.sum(), x, create_graph=True)
+
+
+# The build cache, prepare() -------------------------------------------------------------------------
+def test_build_key_follows_the_source_and_torch_not_the_checkout(tmp_path, monkeypatch):
+    """Two checkouts with the same source and torch share one build; another source or torch gets its own."""
+    copy = tmp_path / "checkout2" / cpu.SOURCE.name
+    copy.parent.mkdir()
+    copy.write_bytes(cpu.SOURCE.read_bytes())
+    assert cpu.build_key(copy) == cpu.build_key(cpu.SOURCE)
+    copy.write_bytes(cpu.SOURCE.read_bytes() + b"\n// changed\n")
+    assert cpu.build_key(copy) != cpu.build_key(cpu.SOURCE)
+    assert cpu.build_key(cpu.SOURCE, ("-DX",)) != cpu.build_key(cpu.SOURCE)
+    key = cpu.build_key(cpu.SOURCE)
+    monkeypatch.setattr(torch, "__version__", torch.__version__ + "+other")
+    assert cpu.build_key(cpu.SOURCE) != key
+
+
+def test_the_build_compiles_a_copy_and_names_no_checkout(ext):
+    directory = os.path.dirname(ext.__file__)
+    assert os.path.basename(directory).endswith(cpu.build_key())
+    with open(os.path.join(directory, cpu.SOURCE.name), "rb") as f:
+        assert f.read() == cpu.SOURCE.read_bytes()
+    with open(os.path.join(directory, "build.ninja")) as f:
+        assert str(cpu.SOURCE.parent) not in f.read()  # another checkout's process writes the same build.ninja
+
+
+def test_prepare_loads_the_kernel_before_the_first_call(ext):
+    assert fused.prepare("cpu") == "fused-cpu"
+    assert build_normalization("rmsnorm").prepare(torch.device("cpu")) == "fused-cpu"
+    assert build_normalization("prmsnorm", {"impl": "reference"}).prepare("cpu") == "reference"
+    assert build_normalization("layernorm").prepare("cpu") is None  # no kernel of its own: nothing to do
+    # a fresh process loads the cached build in well under the 30-60 s of a build
+    code = "import time, torch; t = time.perf_counter(); from rmsnorm_repro.norms import fused; " \
+           "print(fused.prepare('cpu'), time.perf_counter() - t)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    name, seconds = out.stdout.split()
+    assert name == "fused-cpu" and float(seconds) < 15, out.stderr[-2000:]
+
+
+# The module: implementation chosen once ---------------------------------------------------------------
+def test_module_chooses_its_kernel_once_and_again_after_a_move(ext, monkeypatch):
+    calls = []
+    choose = fused.kernel
+
+    def counting(*args):
+        calls.append(args)
+        return choose(*args)
+
+    monkeypatch.setattr(fused, "kernel", counting)
+    layer = RMSNorm(16, p=0.5, bias=True)
+    x = torch.randn(3, 16)
+    for _ in range(3):
+        layer(x)
+    assert len(calls) == 1 and layer.kernel_name == "fused-cpu"
+    layer.double()  # moved / cast: chosen again at the next call
+    assert layer.kernel_name is None
+    y = layer(x.double())
+    assert len(calls) == 2 and calls[-1][2] == torch.float64
+    torch.testing.assert_close(y, fn.rms_norm(x.double(), layer.weight, layer.bias, 0.5), rtol=1e-12, atol=1e-12)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # another dtype seen: chosen for it
+        layer.float()(torch.nn.functional.linear(x, torch.eye(16)))
+    assert calls[-1][2:] == (torch.bfloat16, torch.float32)
+
+
+@pytest.mark.parametrize("p,eps_inside,bias", [(1.0, False, False), (0.3, True, True), (0.0625, False, True)])
+def test_module_equals_reference_float64(ext, p, eps_inside, bias):
+    torch.manual_seed(0)
+    fast = RMSNorm(33, p, 1e-5, eps_inside, bias).double()
+    ref = RMSNorm(33, p, 1e-5, eps_inside, bias, impl="reference").double()
+    with torch.no_grad():
+        for layer in (fast, ref):
+            layer.weight.copy_(torch.linspace(0.5, 1.5, 33, dtype=DT))
+            if bias:
+                layer.bias.copy_(torch.linspace(-1, 1, 33, dtype=DT))
+    x = torch.randn(2, 5, 33, dtype=DT)
+    dy = torch.randn(2, 5, 33, dtype=DT)
+    outs = []
+    for layer in (fast, ref):
+        xi = x.clone().requires_grad_()
+        y = layer(xi)
+        outs.append([y, *torch.autograd.grad(y, [xi, *layer.parameters()], dy)])
+    assert fast.kernel_name == "fused-cpu"
+    for a, r in zip(*outs):
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+
+
+def test_module_copies_and_pickles(ext):
+    import copy
+    import pickle
+
+    layer = RMSNorm(8)
+    x = torch.randn(2, 8)
+    y = layer(x)
+    for other in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+        assert other.kernel_name is None
+        torch.testing.assert_close(other(x), y)
+        assert other.kernel_name == "fused-cpu"
+
+
+# Under torch.compile, torch.export and DDP --------------------------------------------------------------
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(12, 12)
+        self.norm = RMSNorm(12, p=0.5, eps=1e-6, bias=True)
+
+    def forward(self, x):
+        return torch.tanh(self.norm(self.lin(x)))
+
+
+def _grads(model, x):
+    model.zero_grad(set_to_none=True)
+    y = model(x)
+    y.square().sum().backward()
+    return [y.detach(), *(p.grad.clone() for p in model.parameters())]
+
+
+def test_module_under_compile_fullgraph_equals_eager(ext):
+    torch.manual_seed(0)
+    model, x = _Block().double(), torch.randn(5, 12, dtype=DT)
+    eager = _grads(model, x)
+    assert model.norm.kernel_name == "fused-cpu"
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")  # traces the reference: no graph break
+    for a, r in zip(_grads(compiled, x), eager):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-10)
+
+
+def test_module_exports_to_standard_ops(ext):
+    torch.manual_seed(0)
+    model, x = _Block(), torch.randn(5, 12)
+    want = model(x)
+    program = torch.export.export(model, (x,))
+    assert not [n for n in program.graph.nodes if "rmsnorm" in str(n.target)]  # runs without the extension
+    torch.testing.assert_close(program.module()(x), want, rtol=1e-5, atol=1e-6)
+
+
+def test_module_under_ddp_equals_one_process(ext):
+    """DDP's gradient hooks fire for the fused kernel's parameters like for any other (gloo, 1 rank)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    model, x = _Block().double(), torch.randn(6, 12, dtype=DT)
+    want = _grads(model, x)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        ddp = DistributedDataParallel(model)
+        got = _grads(ddp, x)
+    finally:
+        dist.destroy_process_group()
+    assert model.norm.kernel_name == "fused-cpu"
+    for a, r in zip(got, want):
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)

@@ -1,4 +1,4 @@
-"""Every norm against a float64 reference written from the formulas of PAPER.md section 1.
+"""Every norm against a float64 reference written from the formulas of docs/paper.md section 1.
 
 The references below share no code with rmsnorm_repro.norms: each is the paper's formula written
 out with explicit sums, so a bug in the library cannot hide in both. Forward outputs and gradients

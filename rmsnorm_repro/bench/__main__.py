@@ -1,7 +1,11 @@
-"""python -m rmsnorm_repro.bench [--kernels] [--steps] [--allocator tuned|default] [--threads N]
+"""python -m rmsnorm_repro.bench [--kernels] [--steps] [--module] [--allocator tuned|default] [--threads N]
+       python -m rmsnorm_repro.bench --gpu            (make speed-gpu: the one-shot GPU check)
+       python -m rmsnorm_repro.bench --profile task=<task> [scale=mini|paper]
 
 Writes results/speed/{kernels,steps}-<device>-<allocator>.{json,md} (device: cpu, or cpu-<N>threads
-with --threads N > 1). Without --kernels/--steps it runs both.
+with --threads N > 1) and module-<device>.{json,md} (--module: the modules as users call them, glibc's
+allocator as it comes and then tuned, compiled rows and a GRU step; bench/module.py). Without
+--kernels/--steps/--module it runs the kernel and step tables.
 
 Allocator: PyTorch's CPU allocator calls malloc directly, and glibc hands out large blocks as
 fresh mmap'ed pages that fault on first touch, so a large new output costs more than the
@@ -14,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -22,11 +25,12 @@ from pathlib import Path
 import torch
 
 from .. import allocator
+from ..runner.setup import cpu_name
 
 
 def _environment(args) -> dict:
     return {
-        "torch": torch.__version__, "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "cpu": cpu_name(), "threads": torch.get_num_threads(),
         "allocator": allocator.in_effect(), "flush_denormal": args.flush_denormal, "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES"),
         "LD_PRELOAD": os.environ.get("LD_PRELOAD"), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python -m rmsnorm_repro.bench " + " ".join(sys.argv[1:]),
@@ -35,18 +39,30 @@ def _environment(args) -> dict:
 
 def _write(out: Path, stem: str, env: dict, rows: list[dict], table: str, notes: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    env = {**env, "load_avg": env.get("load_avg", os.getloadavg()[0])}  # others' processes share this machine
     (out / f"{stem}.json").write_text(json.dumps({"env": env, "notes": notes, "rows": rows}, indent=1) + "\n")
-    header = [f"# {stem}", "", f"`{env['command']}`: torch {env['torch']}, {env['threads']} thread(s), "
-              f"allocator {env['allocator']}, flush denormal {env['flush_denormal']}, {env['date']}.", ""]
+    header = [f"# {stem}", "", f"`{env['command']}`: {env['cpu']}, torch {env['torch']}, {env['threads']} thread(s), "
+              f"allocator {env['allocator']}, flush denormal {env['flush_denormal']}, {env['date']}"
+              + (f", load average {env['load_avg']:.1f} on {os.cpu_count()} cores when written" if "load_avg" in env else "")
+              + ".", ""]
     (out / f"{stem}.md").write_text("\n".join(header + [f"- {n}" for n in notes] + ["", table, ""]))
     print(table, flush=True)
     print(f"wrote {out / stem}.json and .md", flush=True)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     ap = argparse.ArgumentParser(prog="python -m rmsnorm_repro.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--kernels", action="store_true", help="kernel table (norm implementations x shapes)")
     ap.add_argument("--steps", action="store_true", help="step table (task x norm at paper sizes)")
+    ap.add_argument("--module", action="store_true", help="module table: RMSNorm(d)(x) fwd+bwd vs F.layer_norm, "
+                    "default then tuned allocator, compiled rows, GRU step (ignores --allocator)")
+    ap.add_argument("--no-compile", action="store_true", help="module table without the compiled rows")
+    ap.add_argument("--no-gru", action="store_true", help="module table without the GRU row")
+    ap.add_argument("--gru-rounds", type=int, default=21)
+    ap.add_argument("--gpu", action="store_true", help="the one-shot GPU check (bench/gpu.py): Triton exactness, "
+                    "kernel table, per-step table; writes results/speed/gpu-*.md")
+    ap.add_argument("--profile", nargs="+", metavar="KEY=VALUE", help="task=<task> [scale=mini|paper]: share of "
+                    "step time in normalization ops (bench/profile.py); writes results/speed/profile-*.md")
     ap.add_argument("--allocator", choices=("tuned", "default"), default="tuned")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: robust on a shared machine)")
     ap.add_argument("--rounds", type=int, default=15, help="round-robin repetitions (kernels); steps use --step-rounds")
@@ -60,6 +76,16 @@ def main(argv: list[str] | None = None) -> None:
                     "they slowed the GEMMs of normalized GRU cells 1.2-1.4x in scripts/bench_gru.py)")
     ap.add_argument("--out", default="results/speed")
     args = ap.parse_args(argv)
+    if args.gpu:
+        from . import gpu
+
+        return gpu.main(args.out)
+    if args.profile:
+        from . import profile
+
+        return profile.main(args.profile, args.out)
+    if args.module:
+        return _module(args)
     in_effect = allocator.apply(args.allocator)
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(args.flush_denormal)
@@ -109,5 +135,46 @@ def main(argv: list[str] | None = None) -> None:
         _write(out, f"steps-{device}-{args.allocator}", env, rows, table, notes)
 
 
+def _module(args) -> None:
+    """The module table: both allocator phases in this process, default first (bench/module.py)."""
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(args.flush_denormal)
+    from . import module
+
+    device = "cpu" if args.threads == 1 else f"cpu-{args.threads}threads"
+    print(f"module table: {args.threads} thread(s), glibc's allocator as it comes, then tuned", flush=True)
+    if os.environ.get("GLIBC_TUNABLES") or os.environ.get("LD_PRELOAD"):
+        print("note: GLIBC_TUNABLES / LD_PRELOAD is set, so the 'default' phase is not glibc as it comes", flush=True)
+    load_start = os.getloadavg()[0]
+    rows = module.run(rounds=args.rounds, min_run_time=args.min_run_time, compiled=not args.no_compile,
+                      gru=not args.no_gru, gru_rounds=args.gru_rounds)
+    load_end = os.getloadavg()[0]
+    env = {**_environment(args), "allocator": "default, then tuned (both phases in this process)"}
+    g = module.GRU
+    notes = [f"CPU: {cpu_name()}; fp32; each call as users make it: y = norm(x); y.backward(dy); gradients "
+             "cleared (zero_grad(set_to_none=True)); every output and gradient is a fresh tensor",
+             "times: thread CPU time (1 thread), which time taken by other processes or VMs on a shared machine does "
+             "not inflate, and wall time beside it; the targets read the CPU-time ratio of medians",
+             "baseline: torch F.layer_norm with weight and bias; RMSNorm: the suite's module (gain, no bias, eps 1e-8 "
+             "outside the sqrt), the implementation chosen once (fused-cpu here); 'fused kernel, called directly': "
+             "the same kernel without the module; x * 2: the floor no norm can beat",
+             f"{args.rounds} rounds of ~{args.min_run_time * 1e3:.0f} ms blocks, each block right after a block of "
+             "F.layer_norm; ratio of medians = median ms / F.layer_norm's median ms; median of paired ratios = "
+             "median over rounds of (block / the F.layer_norm block just before it), IQR in brackets",
+             "allocator: glibc as it comes (default), then tuned in the same process (rmsnorm_repro.allocator: "
+             "malloc reuses freed memory; the same for every call compared)",
+             "compiled rows: torch.compile(fullgraph=True, dynamic=False) of the RMSNorm module (on CPU its graph "
+             "calls the fused kernel as two custom ops, norms/fused/ops.py) and of nn.LayerNorm (Inductor's code), both "
+             "compiled; at 80x2048 both pay torch.compile's own cost per call of a compiled module",
+             f"GRU row: one NormGRU layer (nn/gru.py: four norms per step, input part hoisted), batch {g['batch']}, "
+             f"H {g['hidden']}, input {g['input']}, {g['steps']} steps, fwd+bwd of out.sum(), ms per time step, "
+             f"{args.gru_rounds} rounds, norms in turn (tuned allocator); flush denormal {args.flush_denormal}",
+             f"machine load (1-minute load average) {load_start:.1f} at the start, {load_end:.1f} at the end, on "
+             f"{os.cpu_count()} cores: other processes ran beside this one"]
+    table = module.markdown(rows) + "\n\nTargets:\n\n" + "\n".join(f"- {t}" for t in module.target_lines(rows))
+    _write(Path(args.out), f"module-{device}", env, rows, table, notes)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -65,6 +65,12 @@ class Normalization:
         """What to record about this norm in a run's summary."""
         return {"name": self.name, **self.options}
 
+    def prepare(self, device: torch.device | str = "cpu") -> str | None:
+        """Build or load what this norm's kernels need on `device` before the clock starts (the fused
+        RMSNorm's C++ build, 30-60 s the first time on a machine); returns the implementation that will
+        run, or None for a norm without a kernel of its own (this default: nothing to do)."""
+        return None
+
 
 def init_weight_(layer: nn.Module, weight: Tensor) -> None:
     """Make `weight` the layer's (effective) weight: how every model initializes a factory layer.

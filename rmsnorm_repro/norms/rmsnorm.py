@@ -13,7 +13,11 @@ class RMSNorm(nn.Module):
 
     p = 1.0 is RMSNorm, p < 1 is pRMSNorm. See `formulas.rms_norm` for the eps placement.
     impl: auto (fastest exact path here) | reference | fused | compile; see norms/fused.
-    p and eps are checked and k computed once, here: the forward computes nothing else.
+    p and eps are checked and k computed once, here. The implementation is chosen at the first call
+    and kept (`kernel`), chosen again only for input of another dtype (autocast) or after the module
+    moves (`.to()`, `.cuda()`, `.double()`): a call is one check and the kernel's own call.
+    Under torch.compile / torch.export it traces `fused.traced`: the kernel as custom ops on CPU, the
+    reference formulas elsewhere and in export.
     """
 
     def __init__(self, dim: int, p: float = 1.0, eps: float = 1e-8, eps_inside: bool = False, bias: bool = False,
@@ -24,10 +28,38 @@ class RMSNorm(nn.Module):
         self.dim, self.p, self.eps, self.eps_inside, self.impl = dim, float(p), float(eps), bool(eps_inside), impl
         self.k = formulas.partial_k(dim, p)
         self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+        self.register_parameter("bias", nn.Parameter(torch.zeros(dim)) if bias else None)  # in _parameters either way
+        self._forget_kernel()
+
+    def _forget_kernel(self) -> None:
+        self._kernel: fused.Kernel | None = None  # f(x, weight, bias, k, eps, eps_inside) for x of _kernel_dtype
+        self._kernel_dtype: torch.dtype | None = None
+        self.kernel_name: str | None = None  # what runs: fused-cpu, triton, compile, reference (None before a call)
+
+    def _choose_kernel(self, x: Tensor) -> fused.Kernel:
+        params = self._parameters
+        self.kernel_name, self._kernel = fused.kernel(self.impl, x.device.type, x.dtype,
+                                                      fused.param_dtype(x, params["weight"], params["bias"]))
+        self._kernel_dtype = x.dtype
+        return self._kernel
+
+    def _apply(self, fn, recurse=True):
+        self._forget_kernel()  # moved or cast: choose again at the next call
+        return super()._apply(fn, recurse)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()  # a compiled extension's function does not pickle
+        state.update(_kernel=None, _kernel_dtype=None, kernel_name=None)
+        return state
 
     def forward(self, x: Tensor) -> Tensor:
-        return fused.rms_norm(x, self.weight, self.bias, self.k, self.eps, self.eps_inside, self.impl)
+        params = self._parameters  # one dict read instead of two nn.Module.__getattr__ calls
+        if torch.compiler.is_compiling():
+            return fused.traced(x, params["weight"], params["bias"], self.k, self.eps, self.eps_inside, self.impl)
+        kernel = self._kernel
+        if kernel is None or x.dtype is not self._kernel_dtype:
+            kernel = self._choose_kernel(x)
+        return kernel(x, params["weight"], params["bias"], self.k, self.eps, self.eps_inside)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, p={self.p}, k={self.k}, eps={self.eps}, eps_inside={self.eps_inside}, bias={self.bias is not None}, impl={self.impl}"
@@ -70,6 +102,11 @@ class RMSNormalization(Normalization):
     def channels(self, num_channels: int) -> nn.Module:
         rows = RowRMSNorm(self.p, self.eps, self.eps_inside, self.impl)
         return ChannelNorm(num_channels, rows, self.conv_axes, bias=True)
+
+    def prepare(self, device: torch.device | str = "cpu") -> str:
+        """Build / load the kernel norm.impl runs on `device` now (fused.prepare): 'fused-cpu', 'triton',
+        'compile' or 'reference'."""
+        return fused.prepare(device, self.impl)
 
     def describe(self) -> dict:
         # impl_used: what actually ran in this process (e.g. auto -> fused-cpu), or, before the

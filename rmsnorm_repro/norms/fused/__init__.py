@@ -7,27 +7,40 @@ is the reference's, exactly.
     impl=compile    torch.compile of the reference function
     impl=auto       the fastest exact path available: fused where it exists, else reference
 
-Inside torch.compile every impl traces the reference formulas, so the compiler can fuse them
-with their neighbours instead of breaking the graph at an opaque kernel.
+The implementation is chosen once per (impl, device type, dtype), by `kernel()`, and a module keeps
+the function it got (RMSNorm chooses again only when it sees another dtype or is moved): a call
+runs no selection logic. Inside torch.compile (`traced`), impl=auto|fused on CPU is the same C++
+kernel as two opaque custom ops with an autograd formula (ops.py; Inductor's code for the formulas
+was 2.7-3.7x slower on this CPU); on CUDA, and for impl=reference|compile, the compiler traces the
+reference formulas and fuses them with their neighbours. torch.export always traces the formulas,
+so an exported program holds only standard ops and runs without the extension.
 A fast path that cannot run (no compiler, no Triton, an unsupported dtype) falls back to the
-reference: a missing compiler warns once. The implementation actually in use is logged once per
-process and recorded for `implementations_used` (what RMSNormalization.describe() reports).
+reference: a missing compiler warns once. The implementation chosen is logged once per process and
+recorded for `implementations_used` (what RMSNormalization.describe() reports).
+
+Under autocast (bfloat16 activations, float32 gain; on CUDA float16 too) the fused kernels read the
+gain in float32 and return x's dtype, as F.layer_norm and F.rms_norm do; the reference promotes to
+float32.
 """
 from __future__ import annotations
 
 import logging
 from functools import lru_cache
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from .. import formulas
-from . import cpu
+from . import cpu, ops
 
 IMPLS = ("auto", "reference", "fused", "compile")
 log = logging.getLogger(__name__)
-_used: dict[str, set[str]] = {}  # requested impl -> implementations that actually ran
-_CPU_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+_used: dict[str, set[str]] = {}  # requested impl -> implementations chosen for it
+_CPU_DTYPES = (torch.float32, torch.float64, torch.bfloat16)  # float16: the reference (rmsnorm_cpu.cpp says why)
+_LOW = (torch.bfloat16, torch.float16)  # may come with float32 parameters (autocast)
+
+Kernel = Callable[[Tensor, "Tensor | None", "Tensor | None", int, float, bool], Tensor]
 
 
 def check_impl(impl: str) -> None:
@@ -51,16 +64,54 @@ def resolve(impl: str, device_type: str) -> str:
     return "reference"
 
 
-def implementations_used(impl: str) -> list[str]:
-    """Implementations that ran in this process for norm.impl=`impl` (sorted; empty before any call)."""
-    return sorted(_used.get(impl, ()))
+def _params_fit(dtype: torch.dtype, param_dtype: torch.dtype | None) -> bool:
+    """Whether a fused kernel takes these parameters: x's dtype, or float32 beside bf16/fp16 x (the CPU
+    kernel takes no float16 x at all: _CPU_DTYPES)."""
+    return param_dtype == dtype or (param_dtype == torch.float32 and dtype in _LOW)
 
 
-def _record(impl: str, name: str) -> None:
+@lru_cache(maxsize=None)
+def kernel(impl: str, device_type: str, dtype: torch.dtype, param_dtype: torch.dtype | None) -> tuple[str, Kernel]:
+    """(name, f) with f(x, weight, bias, k, eps, eps_inside) -> y: what `impl` runs for x of `dtype` on
+    `device_type` with gain/bias of `param_dtype` (x's dtype when there are none; None when gain and
+    bias differ). Chosen once per key; the first choice of each implementation is logged."""
+    name = resolve(impl, device_type)
+    fn: Kernel
+    if name == "fused-cpu" and dtype in _CPU_DTYPES and _params_fit(dtype, param_dtype):
+        fn = cpu.load().rms_norm
+    elif name == "triton" and dtype in _triton().DTYPES and _params_fit(dtype, param_dtype):
+        fn = _triton().rms_norm_or_reference
+    elif name == "compile":
+        fn = _compiled()
+    else:
+        name, fn = "reference", formulas.rms_norm
     used = _used.setdefault(impl, set())
     if name not in used:
         used.add(name)
         log.info("RMSNorm implementation in use: %s (norm.impl=%s)", name, impl)
+    return name, fn
+
+
+def param_dtype(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> torch.dtype | None:
+    """The parameters' dtype as `kernel` takes it."""
+    if weight is None:
+        return x.dtype if bias is None else bias.dtype
+    return weight.dtype if bias is None or bias.dtype == weight.dtype else None
+
+
+def implementations_used(impl: str) -> list[str]:
+    """Implementations chosen in this process for norm.impl=`impl` (sorted; empty before any call)."""
+    return sorted(_used.get(impl, ()))
+
+
+def prepare(device: torch.device | str = "cpu", impl: str = "auto") -> str:
+    """Build or load the kernel `impl` runs on `device`, so that the first training step does not pay
+    for it (the CPU kernel's first build on a machine takes 30-60 s; later processes load it in well
+    under a second). Returns the implementation: 'fused-cpu', 'triton', 'compile' or 'reference'."""
+    name = resolve(impl, torch.device(device).type)
+    if name == "triton":
+        _triton()  # imported; Triton compiles each kernel variant at its first call
+    return name
 
 
 def _triton():
@@ -75,32 +126,34 @@ def _compiled():
     return torch.compile(formulas.rms_norm)
 
 
+def clear_caches() -> None:
+    """Forget every choice (tests that change what is available)."""
+    resolve.cache_clear()
+    kernel.cache_clear()
+
+
+def traced(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float, eps_inside: bool,
+           impl: str) -> Tensor:
+    """What torch.compile and torch.export trace (see the module docstring)."""
+    if (impl in ("auto", "fused") and x.device.type == "cpu" and ops._kernel_takes(x, weight, bias)
+            and not torch.compiler.is_exporting()):
+        return ops.rms_norm(x, weight, bias, k, eps, eps_inside)
+    return formulas.rms_norm(x, weight, bias, k, eps, eps_inside)
+
+
 def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float,
              eps_inside: bool, impl: str) -> Tensor:
     """formulas.rms_norm through implementation `impl` (see the module docstring).
 
     k and eps are the caller's checked values (formulas.partial_k): nothing is checked per call here.
+    For callers without a module (functional.rms_norm, conv-map rows): the choice is a cached lookup.
     """
-    # reference: nothing to select or record. Inside a torch.compile'd model every impl traces the
-    # formulas, so the compiler can fuse them with their neighbours.
-    if impl == "reference" or torch.compiler.is_compiling():
+    if impl == "reference":
         return formulas.rms_norm(x, weight, bias, k, eps, eps_inside)
-    name = resolve(impl, "cpu" if x.is_cpu else x.device.type)  # is_cpu: no device object per call
-    # Mixed dtypes (e.g. bf16 activations with fp32 gains under autocast) take the reference,
-    # which promotes like torch does.
-    same_dtype = (weight is None or weight.dtype == x.dtype) and (bias is None or bias.dtype == x.dtype)
-    if name == "fused-cpu" and same_dtype and x.dtype in _CPU_DTYPES:
-        y = cpu.load().rms_norm(x, weight, bias, k, eps, eps_inside)
-    elif name == "triton" and same_dtype and _triton().supports(x):
-        y = _triton().rms_norm(x, weight, bias, k, float(eps), bool(eps_inside))
-    elif name == "compile":
-        y = _compiled()(x, weight, bias, k, eps, eps_inside)
-    else:
-        name = "reference"
-        y = formulas.rms_norm(x, weight, bias, k, eps, eps_inside)
-    if name not in _used.get(impl, ()):
-        _record(impl, name)
-    return y
+    if torch.compiler.is_compiling():
+        return traced(x, weight, bias, k, eps, eps_inside, impl)
+    return kernel(impl, x.device.type, x.dtype, param_dtype(x, weight, bias))[1](x, weight, bias, k, eps, eps_inside)
 
 
-__all__ = ["IMPLS", "check_impl", "implementations_used", "resolve", "rms_norm"]
+__all__ = ["IMPLS", "check_impl", "clear_caches", "implementations_used", "kernel", "param_dtype", "prepare", "resolve",
+           "rms_norm", "traced"]

@@ -12,9 +12,14 @@ smaller outputs (2-4 MiB here) cost a memory-bound consumer more than streaming 
 comes from sysfs; where that is unreadable, nothing streams.
 
 Build flags: -O3 -march=native -mprefer-vector-width=512 -fopenmp. -march=native lets the compiler vectorize the row loops
-with the widest instructions this CPU has (AVX-512 here); such a binary may crash on a CPU
-without them, so the cached build is keyed by this CPU's feature flags and compiler: a home
-directory shared between different machines gets one build per CPU kind, never a foreign one.
+with the widest instructions this CPU has; such a binary may crash on a CPU without them.
+
+The build directory is keyed by everything the library depends on (`build_key`): the source's
+content, the torch version and install directory, the Python headers, the flags, the compiler and
+this CPU's feature flags. The source is compiled from a copy inside that directory, so two
+checkouts or virtual environments on one machine never rewrite each other's build (each kind is
+built once and then loaded in well under a second), and a home directory shared between different
+machines gets one build per CPU kind, never a foreign one.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import logging
 import os
 import platform
 import shutil
+import sysconfig
 import time
 import warnings
 from functools import lru_cache
@@ -32,16 +38,25 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("rmsnorm_cpu.cpp")
 
 
-def _build_key() -> str:
-    """Hash of this CPU's feature flags and the compiler: the cache key of a -march=native build."""
+def _cpu_flags() -> str:
     flags = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((line for line in f if line.startswith(("flags", "Features"))), flags)
     except OSError:
         pass
-    key = f"{flags}|{os.environ.get('CXX', 'c++')}|{platform.machine()}"
-    return hashlib.sha1(key.encode()).hexdigest()[:10]
+    return flags
+
+
+def build_key(source: Path = SOURCE, extra_cflags: tuple[str, ...] = ()) -> str:
+    """The cache key of a build: a hash of the source's content, the torch version and install, the
+    Python headers, the flags, the compiler and this CPU's feature flags (-march=native)."""
+    import torch  # noqa: PLC0415 (torch is loaded by then; kept out of this module's import)
+
+    parts = [hashlib.sha1(source.read_bytes()).hexdigest(), torch.__version__, str(Path(torch.__file__).parent),
+             sysconfig.get_paths().get("include", ""), " ".join([*_cflags(), *extra_cflags]),
+             os.environ.get("CXX", "c++"), platform.machine(), _cpu_flags()]
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
 
 
 def _cflags() -> list[str]:
@@ -75,6 +90,19 @@ def _fallback(reason: str) -> None:
 @lru_cache(maxsize=None)
 def load():
     """The compiled extension module, or None (after one warning) when it cannot be built here."""
+    module = build()
+    if module is not None:
+        llc = last_level_cache_bytes()
+        if llc:
+            module.set_stream_min_bytes(llc // 4)
+    return module
+
+
+def build(name: str = "rmsnorm_repro_cpu", extra_cflags: tuple[str, ...] = ()):
+    """Build (once per build_key) and load the extension; None after one warning when it cannot be.
+
+    extra_cflags: e.g. ("-DRMSNORM_TORCH_LIBRARY=...",) for scripts/bench_binding.py's variant.
+    """
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
         _fallback(f"no C++ compiler found (CXX={compiler})")
@@ -97,15 +125,21 @@ def load():
     log.info("loading the fused CPU RMSNorm kernel (the first use on a machine compiles it once, ~30-60 s)")
     start = time.perf_counter()
     try:
+        full_name = f"{name}_{build_key(SOURCE, extra_cflags)}"
+        # $TORCH_EXTENSIONS_DIR or torch's default (~/.cache/torch_extensions/<python>_<accelerator>)
+        directory = Path(cpp_extension._get_build_directory(full_name, verbose=False))
+        # compile a copy kept in the build directory: build.ninja then names no checkout's path
+        source = directory / SOURCE.name
+        if not source.exists() or source.read_bytes() != SOURCE.read_bytes():
+            tmp = directory / f".{SOURCE.name}.{os.getpid()}"
+            shutil.copyfile(SOURCE, tmp)
+            os.replace(tmp, source)  # atomic: a concurrent build never reads half a file
         module = cpp_extension.load(
-            name=f"rmsnorm_repro_cpu_{_build_key()}", sources=[str(SOURCE)],
-            extra_cflags=_cflags(), extra_ldflags=["-fopenmp"], verbose=False,
+            name=full_name, sources=[str(source)], build_directory=str(directory),
+            extra_cflags=[*_cflags(), *extra_cflags], extra_ldflags=["-fopenmp"], verbose=False,
         )
     except Exception as err:  # a compiler error, a missing header: whatever it is, fall back
         _fallback(f"building {SOURCE.name} failed ({str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__})")
         return None
     log.info("fused CPU RMSNorm kernel ready in %.1f s (%s)", time.perf_counter() - start, module.__file__)
-    llc = last_level_cache_bytes()
-    if llc:
-        module.set_stream_min_bytes(llc // 4)
     return module

@@ -14,18 +14,32 @@
 // added at the end, so the result does not depend on thread timing. dx is written over dy when
 // autograd hands over the only reference to dy (owns_dense_buffer): no fresh, cold allocation.
 // Outputs too large to stay cached are written with streaming stores (stream_min_bytes).
+// Under autocast the gain and bias may be float32 while x is bfloat16 (as F.layer_norm takes them):
+// they are read as float32, y and dx come out in x's dtype, dgain and dbias in theirs. (float16 is not
+// compiled in: its instantiations made GCC inline less of the float32 loops, whose forward then ran
+// 1.2x slower at 80x2048; CPU autocast defaults to bfloat16.)
+// The entry point is a C++ autograd Function called straight from Python through pybind11: of the
+// ways PyTorch offers to expose a kernel with its backward, the one with the least cost per call
+// (scripts/bench_binding.py; README, Speed). Built with -DRMSNORM_TORCH_LIBRARY, the same Function is
+// also registered as the dispatcher op rmsnorm_repro::rms_norm (for that comparison only).
 // Only the headers used (not <torch/extension.h>, which pulls in all of libtorch's C++ API):
 // the one-time build takes about half as long.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/TensorUtils.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/utils/pybind.h>
+#ifdef RMSNORM_TORCH_LIBRARY
+#include <torch/library.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #if defined(__AVX512F__) || defined(__AVX__)
@@ -114,29 +128,40 @@ inline void write_row(scalar_t* out, int64_t begin, int64_t end, Value value, bo
   for (int64_t i = begin; i < end; ++i) out[i] = static_cast<scalar_t>(value(i));
 }
 
-// x itself where its rows lie at one fixed stride: a contiguous tensor, or a 2-D slice of wider rows
-// such as one gate block of a recurrent cell's joint projection (no copy per time step); else a
-// contiguous copy.
-Tensor rows_of(const Tensor& x) {
-  const bool strided_rows = x.dim() == 2 && x.stride(1) == 1 && x.stride(0) >= x.size(1);
-  return strided_rows ? x : x.contiguous();
+// The distance between the starts of two consecutive rows (last-dimension vectors) of x, where all its
+// rows lie at one fixed stride: a contiguous tensor of any shape, or a slice of wider rows such as one
+// gate block of a recurrent cell's joint projection, for one time step (B, d) or for all of them at
+// once (T, B, d). Nothing where they do not. No view is made: the kernels take x's data pointer.
+std::optional<int64_t> uniform_row_stride(const Tensor& x) {
+  const int64_t d = x.size(-1), n = d > 0 ? x.numel() / d : 0;
+  if (x.is_contiguous()) return d;
+  if (x.stride(-1) != 1 && d != 1) return std::nullopt;
+  if (x.dim() == 2) return (n <= 1 || x.stride(0) >= d) ? std::optional<int64_t>(x.stride(0)) : std::nullopt;
+  const int64_t shape[2] = {n, d};
+  const auto strides = at::detail::computeStride(x.sizes(), x.strides(), at::IntArrayRef(shape, 2));
+  if (!strides || (n > 1 && (*strides)[0] < d)) return std::nullopt;
+  return (*strides)[0];
 }
 
-// The distance between the starts of two rows of rows_of(x).
-int64_t row_stride(const Tensor& x) { return x.dim() == 2 ? x.stride(0) : x.size(-1); }
+// x itself where its rows lie at one fixed stride (uniform_row_stride), else a contiguous copy.
+Tensor rows_of(const Tensor& x) { return uniform_row_stride(x) ? x : x.contiguous(); }
 
-template <typename scalar_t>
+// The row stride of rows_of(x).
+int64_t row_stride(const Tensor& rows) { return uniform_row_stride(rows).value_or(rows.size(-1)); }
+
+// param_t: the gain's and bias's dtype, x's own or (autocast) float32 for bfloat16 x.
+template <typename scalar_t, typename param_t>
 void forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y,
-                    Tensor& scale, Tensor& coef, int64_t k, double eps, bool eps_inside) {
+                    Tensor& stats, int64_t k, double eps, bool eps_inside) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t d = x.size(-1), n = x.numel() / d;
   const scalar_t* X = x.data_ptr<scalar_t>();
   const int64_t xs = row_stride(x);
-  const scalar_t* W = weight.defined() ? weight.data_ptr<scalar_t>() : nullptr;
-  const scalar_t* B = bias.defined() ? bias.data_ptr<scalar_t>() : nullptr;
+  const param_t* W = weight.defined() ? weight.data_ptr<param_t>() : nullptr;
+  const param_t* B = bias.defined() ? bias.data_ptr<param_t>() : nullptr;
   scalar_t* Y = y.data_ptr<scalar_t>();
-  acc_t* S = scale.data_ptr<acc_t>();
-  acc_t* C = coef.data_ptr<acc_t>();
+  acc_t* S = stats.data_ptr<acc_t>();  // row 0: the scale per row; row 1: the coefficient
+  acc_t* C = S + n;
   const acc_t e = static_cast<acc_t>(eps), kk = static_cast<acc_t>(k);
   const int64_t grain = std::max<int64_t>(1, kElementsPerTask / d);
   const bool stream = streams(y);
@@ -172,18 +197,17 @@ void forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, T
   });
 }
 
-template <typename scalar_t>
-void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& scale,
-                     const Tensor& coef, int64_t k, Tensor& dx, Tensor& dw_partial, Tensor& db_partial) {
+template <typename scalar_t, typename param_t>
+void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& stats, int64_t k,
+                     int64_t chunks, Tensor& dx, Tensor& dw_partial, Tensor& db_partial) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t d = x.size(-1), n = x.numel() / d;
-  const int64_t chunks = dw_partial.defined() ? dw_partial.size(0) : db_partial.defined() ? db_partial.size(0) : 1;
   const scalar_t* DY = dy.data_ptr<scalar_t>();
   const scalar_t* X = x.data_ptr<scalar_t>();
   const int64_t xs = row_stride(x);
-  const scalar_t* W = weight.defined() ? weight.data_ptr<scalar_t>() : nullptr;
-  const acc_t* S = scale.data_ptr<acc_t>();
-  const acc_t* C = coef.data_ptr<acc_t>();
+  const param_t* W = weight.defined() ? weight.data_ptr<param_t>() : nullptr;
+  const acc_t* S = stats.data_ptr<acc_t>();
+  const acc_t* C = S + n;
   scalar_t* DX = dx.defined() ? dx.data_ptr<scalar_t>() : nullptr;
   acc_t* DWP = dw_partial.defined() ? dw_partial.data_ptr<acc_t>() : nullptr;
   acc_t* DBP = db_partial.defined() ? db_partial.data_ptr<acc_t>() : nullptr;
@@ -234,35 +258,54 @@ void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   });
 }
 
+// The dtype of the gain and bias: x's own, or float32 beside bfloat16 x (autocast).
+bool mixed_params(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const Tensor& p = weight.defined() ? weight : bias;
+  return p.defined() && p.scalar_type() != x.scalar_type();
+}
+
 void check_args(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t k) {
   TORCH_CHECK(x.device().is_cpu(), "fused CPU rms_norm: x must be on the CPU, got ", x.device());
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "fused CPU rms_norm: x needs a non-empty last dimension");
   const int64_t d = x.size(-1);
   TORCH_CHECK(1 <= k && k <= d, "fused CPU rms_norm: k must be in [1, ", d, "], got ", k);
+  const bool low = x.scalar_type() == at::kBFloat16;
   for (const Tensor* t : {&weight, &bias}) {
     if (!t->defined()) continue;
     TORCH_CHECK(t->dim() == 1 && t->size(0) == d, "fused CPU rms_norm: weight/bias must have shape (", d, "), got ", t->sizes());
-    TORCH_CHECK(t->scalar_type() == x.scalar_type(), "fused CPU rms_norm: weight/bias dtype ", t->scalar_type(),
-                " differs from x dtype ", x.scalar_type());
+    TORCH_CHECK(t->scalar_type() == x.scalar_type() || (low && t->scalar_type() == at::kFloat),
+                "fused CPU rms_norm: weight/bias dtype ", t->scalar_type(), " does not go with x dtype ", x.scalar_type(),
+                " (the same dtype, or float32 for bfloat16 x)");
     TORCH_CHECK(t->device().is_cpu(), "fused CPU rms_norm: weight/bias must be on the CPU");
   }
+  TORCH_CHECK(!weight.defined() || !bias.defined() || weight.scalar_type() == bias.scalar_type(),
+              "fused CPU rms_norm: weight and bias must have the same dtype");
 }
+
+// Runs KERNEL<scalar_t, param_t>(...) for x's dtype and the parameters' (x's own, or float32 when mixed).
+#define RMSNORM_DISPATCH(x, mixed, name, KERNEL, ...)                                       \
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, (x).scalar_type(), name, [&] {              \
+    using param_acc_t = at::opmath_type<scalar_t>;                                           \
+    if constexpr (!std::is_same_v<param_acc_t, scalar_t>) {                                  \
+      if (mixed) return KERNEL<scalar_t, param_acc_t>(__VA_ARGS__);                          \
+    }                                                                                        \
+    KERNEL<scalar_t, scalar_t>(__VA_ARGS__);                                                 \
+  })
 
 Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
 
-std::tuple<Tensor, Tensor, Tensor> rms_norm_forward(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+// y (x's shape, contiguous) and stats (2, n): per row the scale s and the backward's coefficient c (in
+// the accumulation dtype), from x's rows (rows_of; arguments checked).
+std::tuple<Tensor, Tensor> rms_norm_forward(const Tensor& x, const Tensor& weight_in, const Tensor& bias_in,
                                                     int64_t k, double eps, bool eps_inside) {
-  check_args(x_in, weight_in, bias_in, k);
-  const Tensor x = rows_of(x_in), weight = contiguous_or_undefined(weight_in), bias = contiguous_or_undefined(bias_in);
+  const Tensor weight = contiguous_or_undefined(weight_in), bias = contiguous_or_undefined(bias_in);
   const int64_t d = x.size(-1), n = x.numel() / d;
   const auto acc_type = at::toOpMathType(x.scalar_type());
   Tensor y = at::empty(x.sizes(), x.options());  // contiguous, whatever x's row stride
-  Tensor scale = at::empty({n}, x.options().dtype(acc_type));
-  Tensor coef = at::empty({n}, x.options().dtype(acc_type));
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rms_norm_forward", [&] {
-    forward_kernel<scalar_t>(x, weight, bias, y, scale, coef, k, eps, eps_inside);
-  });
-  return {y, scale, coef};
+  Tensor stats = at::empty({2, n}, x.options().dtype(acc_type));  // one allocation for both (contiguous)
+  RMSNORM_DISPATCH(x, mixed_params(x, weight, bias), "rms_norm_forward", forward_kernel, x, weight, bias, y, stats, k,
+                   eps, eps_inside);
+  return {y, stats};
 }
 
 // Whether dx may overwrite dy: when nothing else can see dy's memory (no other tensor, view or
@@ -271,58 +314,79 @@ std::tuple<Tensor, Tensor, Tensor> rms_norm_forward(const Tensor& x_in, const Te
 // then land on cache lines the reads just brought in instead of a fresh, cold allocation.
 bool owns_dense_buffer(const Tensor& dy, const Tensor& x) {
   return dy.use_count() == 1 && dy.storage().use_count() == 1 && !dy.requires_grad() &&
-         dy.scalar_type() == x.scalar_type() && dy.sizes() == x.sizes() && dy.is_contiguous() &&
+         dy.scalar_type() == x.scalar_type() && dy.numel() == x.numel() && dy.is_contiguous() &&
          dy.storage_offset() == 0 && dy.storage().nbytes() == dy.nbytes();
 }
 
-// Sum of the per-chunk partials; with one chunk in the input's own dtype, the buffer is the result.
+// Per-chunk partial sums, (chunks, d), or (d) for one chunk: then, in the parameters' own dtype, the
+// buffer is the result as it is.
+Tensor zero_partial(int64_t chunks, int64_t d, const at::TensorOptions& options) {
+  return chunks == 1 ? at::zeros({d}, options) : at::zeros({chunks, d}, options);
+}
+
 Tensor reduce_partial(const Tensor& partial, at::ScalarType dtype) {
-  if (partial.size(0) == 1 && partial.scalar_type() == dtype) return partial.view({partial.size(1)});
+  if (partial.dim() == 1) return partial.scalar_type() == dtype ? partial : partial.to(dtype);
   return partial.sum(0).to(dtype);
+}
+
+// (dx, dgain, dbias), each undefined where not asked for; x: the forward's rows (rows_of), dy: contiguous,
+// x's shape; dx: dy's shape. With may_reuse_dy, dx is written over dy when nothing
+// else holds it (owns_dense_buffer).
+std::tuple<Tensor, Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                                     const Tensor& stats, int64_t k, bool need_dx,
+                                                     bool need_dw, bool need_db, at::ScalarType param_type,
+                                                     bool may_reuse_dy) {
+  const int64_t d = x.size(-1), n = x.numel() / d;
+  need_dw = need_dw && weight.defined();
+  const auto acc_options = x.options().dtype(at::toOpMathType(x.scalar_type()));
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({at::get_num_threads(), n, n * d / kElementsPerTask}));
+  Tensor dx = need_dx ? (may_reuse_dy && owns_dense_buffer(dy, x) ? dy : at::empty(dy.sizes(), x.options())) : Tensor();
+  Tensor dw_partial = need_dw ? zero_partial(chunks, d, acc_options) : Tensor();
+  Tensor db_partial = need_db ? zero_partial(chunks, d, acc_options) : Tensor();
+  if (n > 0) {
+    RMSNORM_DISPATCH(x, weight.defined() && weight.scalar_type() != x.scalar_type(), "rms_norm_backward",
+                     backward_kernel, dy, x, weight, stats, k, chunks, dx, dw_partial, db_partial);
+  }
+  Tensor dw = need_dw ? reduce_partial(dw_partial, param_type) : Tensor();
+  Tensor db = need_db ? reduce_partial(db_partial, param_type) : Tensor();
+  return {dx, dw, db};
 }
 
 struct RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
   // weight and bias are optionals: an absent one is no input of the graph (no edge, no gradient).
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const std::optional<Tensor>& weight_opt,
                         const std::optional<Tensor>& bias_opt, int64_t k, double eps, bool eps_inside) {
+    RECORD_FUNCTION("rmsnorm_repro::rms_norm", std::vector<c10::IValue>());  // profiler (bench --profile)
     const Tensor weight = weight_opt.value_or(Tensor()), bias = bias_opt.value_or(Tensor());
-    const Tensor rows = rows_of(x);  // x itself unless it had to be copied: backward reads the same rows
-    auto [y, scale, coef] = rms_norm_forward(rows, weight, bias, k, eps, eps_inside);
-    ctx->save_for_backward({rows, contiguous_or_undefined(weight), scale, coef});
+    check_args(x, weight, bias, k);
+    const Tensor rows = rows_of(x);  // x's memory unless it had to be copied: backward reads the same rows
+    auto [y, stats] = rms_norm_forward(rows, weight, bias, k, eps, eps_inside);
+    ctx->save_for_backward({rows, contiguous_or_undefined(weight), stats});
     ctx->saved_data["k"] = k;
     ctx->saved_data["has_bias"] = bias.defined();
+    // the parameters' dtype (float32 under autocast): dgain and dbias come back in it
+    ctx->saved_data["param_type"] = static_cast<int64_t>(weight.defined() ? weight.scalar_type()
+                                                         : bias.defined() ? bias.scalar_type() : x.scalar_type());
     return y;
   }
 
   // grads by reference: autograd moves its buffers in, so a use count of 1 below means ours alone.
   static variable_list backward(AutogradContext* ctx, variable_list& grads) {
+    RECORD_FUNCTION("rmsnorm_repro::rms_norm_backward", std::vector<c10::IValue>());
     // The kernel's gradients carry no graph: refuse create_graph rather than return wrong 2nd derivatives.
     TORCH_CHECK(!at::GradMode::is_enabled(), "fused rms_norm is differentiable once (no create_graph / double "
                 "backward); use norm.impl=reference for higher-order gradients");
     const auto saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &weight = saved[1], &scale = saved[2], &coef = saved[3];
+    const Tensor &x = saved[0], &weight = saved[1], &stats = saved[2];
     const int64_t k = ctx->saved_data["k"].toInt();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
-    const Tensor dy = grads[0].contiguous();
+    const auto param_type = static_cast<at::ScalarType>(ctx->saved_data["param_type"].toInt());
+    const Tensor dy = grads[0].contiguous();  // x's shape: so is dx
     grads[0].reset();  // dy may now be the only reference to its buffer
-    const int64_t d = x.size(-1), n = x.numel() / d;
     // needs_input_grad counts graph inputs only: bias is input 1 when there is no weight.
-    const bool need_dx = ctx->needs_input_grad(0);
-    const bool need_dw = weight.defined() && ctx->needs_input_grad(1);
-    const bool need_db = has_bias && ctx->needs_input_grad(weight.defined() ? 2 : 1);
-
-    const auto acc_options = x.options().dtype(at::toOpMathType(x.scalar_type()));
-    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({at::get_num_threads(), n, n * d / kElementsPerTask}));
-    Tensor dx = need_dx ? (owns_dense_buffer(dy, x) ? dy : at::empty(x.sizes(), x.options())) : Tensor();
-    Tensor dw_partial = need_dw ? at::zeros({chunks, d}, acc_options) : Tensor();
-    Tensor db_partial = need_db ? at::zeros({chunks, d}, acc_options) : Tensor();
-    if (n > 0) {
-      AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rms_norm_backward", [&] {
-        backward_kernel<scalar_t>(dy, x, weight, scale, coef, k, dx, dw_partial, db_partial);
-      });
-    }
-    Tensor dw = need_dw ? reduce_partial(dw_partial, x.scalar_type()) : Tensor();
-    Tensor db = need_db ? reduce_partial(db_partial, x.scalar_type()) : Tensor();
+    auto [dx, dw, db] = rms_norm_backward(dy, x, weight, stats, k, ctx->needs_input_grad(0),
+                                          weight.defined() && ctx->needs_input_grad(1),
+                                          has_bias && ctx->needs_input_grad(weight.defined() ? 2 : 1), param_type, true);
     return {dx, dw, db, Tensor(), Tensor(), Tensor()};
   }
 };
@@ -332,11 +396,52 @@ Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& weight, const std:
   return RMSNormFunction::apply(x, weight, bias, k, eps, eps_inside);
 }
 
+// The forward and backward on their own (no autograd), for the custom ops torch.compile traces (ops.py)
+// and the other bindings of scripts/bench_binding.py. stats: (2, n), the scale and the coefficient per row.
+std::tuple<Tensor, Tensor> forward_only(const Tensor& x, const std::optional<Tensor>& weight,
+                                        const std::optional<Tensor>& bias, int64_t k, double eps, bool eps_inside) {
+  check_args(x, weight.value_or(Tensor()), bias.value_or(Tensor()), k);
+  auto [y, stats] = rms_norm_forward(rows_of(x), weight.value_or(Tensor()), bias.value_or(Tensor()), k, eps, eps_inside);
+  return {y, stats};
+}
+
+// (dx, dgain, dbias), undefined where not asked for; dx is never written over dy (dy may be seen by others).
+std::tuple<Tensor, Tensor, Tensor> backward_only(const Tensor& dy, const Tensor& x, const std::optional<Tensor>& weight,
+                                                 const std::optional<Tensor>& bias, const Tensor& stats, int64_t k,
+                                                 bool need_dx, bool need_dw, bool need_db) {
+  const Tensor w = weight.value_or(Tensor()), b = bias.value_or(Tensor());
+  const auto param_type = w.defined() ? w.scalar_type() : b.defined() ? b.scalar_type() : x.scalar_type();
+  TORCH_CHECK(stats.dim() == 2 && stats.size(0) == 2 && stats.is_contiguous() &&
+              stats.scalar_type() == at::toOpMathType(x.scalar_type()), "rms_norm backward: stats must be forward's (2, n)");
+  return rms_norm_backward(dy.contiguous(), rows_of(x), w.defined() ? w.contiguous() : w, stats, k, need_dx, need_dw,
+                           need_db, param_type, false);
+}
+
 }  // namespace
+
+#ifdef RMSNORM_TORCH_LIBRARY
+// The same autograd Function behind the dispatcher (torch.ops.<namespace>.rms_norm): the Autograd key
+// runs it, the CPU key the forward alone (no graph wanted).
+Tensor rms_norm_cpu(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, int64_t k,
+                    double eps, bool eps_inside) {
+  return std::get<0>(forward_only(x, weight, bias, k, eps, eps_inside));
+}
+
+TORCH_LIBRARY(RMSNORM_TORCH_LIBRARY, m) {
+  m.def("rms_norm(Tensor x, Tensor? weight, Tensor? bias, int k, float eps, bool eps_inside) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(RMSNORM_TORCH_LIBRARY, CPU, m) { m.impl("rms_norm", &rms_norm_cpu); }
+TORCH_LIBRARY_IMPL(RMSNORM_TORCH_LIBRARY, Autograd, m) { m.impl("rms_norm", &rms_norm); }
+#endif
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "RMSNorm/pRMSNorm over the last dim with a fused exact backward",
         py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("k"), py::arg("eps"), py::arg("eps_inside"));
+  m.def("forward", &forward_only, "(y, stats) without autograd; stats (2, n): scale and coefficient per row",
+        py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("k"), py::arg("eps"), py::arg("eps_inside"));
+  m.def("backward", &backward_only, "(dx, dgain, dbias) from forward's stats, None where not asked for", py::arg("dy"),
+        py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("stats"), py::arg("k"), py::arg("need_dx"),
+        py::arg("need_dw"), py::arg("need_db"));
   m.def("set_stream_min_bytes", [](int64_t bytes) { stream_min_bytes = bytes; },
         "outputs of at least this many bytes are written with streaming stores (x86 with AVX only)", py::arg("bytes"));
   m.def("stream_min_bytes", [] { return stream_min_bytes; });

@@ -1,9 +1,11 @@
 """Fused RMSNorm / pRMSNorm for CUDA in Triton: the same math as rmsnorm_cpu.cpp.
 
+Kernels `_rmsnorm_forward` / `_rmsnorm_backward` (names the profiler shows: bench --profile).
 Forward: one program per row; the row is loaded once, the statistic reads its first k features.
 Backward: each program walks a block of rows, writes dx and keeps dgain/dbias partial sums in
 registers; the host adds the per-program partials (deterministic, no atomics).
-Statistics and sums run in float32 (float64 for float64 inputs).
+Statistics and sums run in float32 (float64 for float64 inputs). Under autocast the gain and bias
+may be float32 beside bfloat16/float16 x: y and dx come out in x's dtype, dgain/dbias in theirs.
 
 Tested on CPU with TRITON_INTERPRET=1 (tests/test_fused.py), where CPU tensors are accepted.
 """
@@ -14,6 +16,8 @@ import os
 import torch
 from torch import Tensor
 
+from .. import formulas
+
 try:
     import triton
     import triton.language as tl
@@ -21,6 +25,7 @@ except ImportError:  # the CPU-only install; available() says False
     triton = None
 
 MAX_DIM = 65536  # one row must fit one program's block
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _interpreting() -> bool:
@@ -32,14 +37,13 @@ def available() -> bool:
 
 
 def supports(x: Tensor) -> bool:
-    return (x.is_cuda or _interpreting()) and x.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) \
-        and 0 < x.shape[-1] <= MAX_DIM
+    return (x.is_cuda or _interpreting()) and x.dtype in DTYPES and 0 < x.shape[-1] <= MAX_DIM
 
 
 if triton is not None:
 
     @triton.jit
-    def _forward(X, W, B, Y, SCALE, COEF, D, K, eps, EPS_INSIDE: tl.constexpr, HAS_W: tl.constexpr,
+    def _rmsnorm_forward(X, W, B, Y, SCALE, COEF, D, K, eps, EPS_INSIDE: tl.constexpr, HAS_W: tl.constexpr,
                  HAS_B: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
@@ -65,7 +69,7 @@ if triton is not None:
         tl.store(COEF + row, c)
 
     @triton.jit
-    def _backward(DY, X, W, SCALE, COEF, DX, DWP, DBP, N, D, K, ROWS, HAS_W: tl.constexpr, HAS_DW: tl.constexpr,
+    def _rmsnorm_backward(DY, X, W, SCALE, COEF, DX, DWP, DBP, N, D, K, ROWS, HAS_W: tl.constexpr, HAS_DW: tl.constexpr,
                   HAS_DB: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
         pid = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
@@ -119,11 +123,12 @@ class _RMSNormFunction(torch.autograd.Function):
         coef = torch.empty(n, dtype=acc_torch, device=x.device)
         block, warps = _block(d)
         if n > 0:
-            _forward[(n,)](x2, weight, bias, y, scale, coef, d, k, eps, EPS_INSIDE=eps_inside,
+            _rmsnorm_forward[(n,)](x2, weight, bias, y, scale, coef, d, k, eps, EPS_INSIDE=eps_inside,
                            HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block, ACC=acc_tl,
                            num_warps=warps)
         ctx.save_for_backward(x2, weight, scale, coef)
-        ctx.k, ctx.has_bias, ctx.shape = k, bias is not None, shape
+        ctx.k, ctx.shape = k, shape
+        ctx.bias_dtype = None if bias is None else bias.dtype
         return y.view(shape)
 
     @staticmethod
@@ -133,7 +138,7 @@ class _RMSNormFunction(torch.autograd.Function):
         acc_torch, acc_tl = _acc(x2.dtype)
         dy2 = dy.reshape(-1, d).contiguous()
         need_dw = weight is not None and ctx.needs_input_grad[1]
-        need_db = ctx.has_bias and ctx.needs_input_grad[2]
+        need_db = ctx.bias_dtype is not None and ctx.needs_input_grad[2]
         # enough programs to fill the GPU, each summing dgain over a block of rows
         programs = max(1, min(n, 4 * torch.cuda.get_device_properties(x2.device).multi_processor_count
                               if x2.is_cuda else 4))
@@ -143,11 +148,11 @@ class _RMSNormFunction(torch.autograd.Function):
         db_partial = torch.zeros(programs, d, dtype=acc_torch, device=x2.device) if need_db else None
         block, warps = _block(d)
         if n > 0:
-            _backward[(programs,)](dy2, x2, weight, scale, coef, dx, dw_partial, db_partial, n, d, ctx.k, rows,
+            _rmsnorm_backward[(programs,)](dy2, x2, weight, scale, coef, dx, dw_partial, db_partial, n, d, ctx.k, rows,
                                    HAS_W=weight is not None, HAS_DW=need_dw, HAS_DB=need_db, BLOCK=block,
                                    ACC=acc_tl, num_warps=warps)
-        dw = dw_partial.sum(0).to(x2.dtype) if need_dw else None
-        db = db_partial.sum(0).to(x2.dtype) if need_db else None
+        dw = dw_partial.sum(0).to(weight.dtype) if need_dw else None
+        db = db_partial.sum(0).to(ctx.bias_dtype) if need_db else None
         return dx.view(ctx.shape), dw, db, None, None, None
 
 
@@ -158,4 +163,14 @@ def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps:
     if not supports(x):
         raise ValueError(f"Triton rms_norm needs a CUDA tensor with a last dimension <= {MAX_DIM}, "
                          f"got {x.device} {tuple(x.shape)}")
+    weight = None if weight is None else weight.contiguous()
+    bias = None if bias is None else bias.contiguous()
     return _RMSNormFunction.apply(x, weight, bias, k, eps, eps_inside)
+
+
+def rms_norm_or_reference(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float,
+                          eps_inside: bool) -> Tensor:
+    """The Triton kernel where it takes x (see `supports`), else the reference formulas."""
+    if supports(x):
+        return rms_norm(x, weight, bias, k, float(eps), bool(eps_inside))
+    return formulas.rms_norm(x, weight, bias, k, eps, eps_inside)

@@ -1,0 +1,352 @@
+"""The one-shot GPU check (`make speed-gpu`, `python -m rmsnorm_repro.bench --gpu`): for the first
+time a GPU is at hand, under 5 minutes on one GPU.
+
+1. Exactness of the Triton kernel on the device, fp32 / bf16 / fp16 (and float32 gain beside bf16 /
+   fp16 activations, autocast's mix), forward and every gradient against the float64 reference of the
+   same rounded inputs; plus the RMSNorm module choosing it, under autocast too.
+2. A kernel table at the paper's shapes: torch F.layer_norm, torch F.rms_norm, the suite's Triton
+   kernel and its RMSNorm / pRMSNorm modules, Liger's and apex's RMSNorm where installed, and x * 2
+   (floor), forward and forward+backward, fp32 and bf16.
+3. A per-step table of the Transformer and RNNSearch at paper sizes (the paper's batch), per norm.
+
+Writes results/speed/gpu-<device>.md and .json. Each part reports its own failure and the rest
+still runs; the exit code is 1 when an exactness check fails. Every part runs on CPU as well
+(device="cpu", with TRITON_INTERPRET=1 for the Triton kernel): tests/test_speed_gpu.py.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..norms import RMSNorm, formulas
+from ..norms import fused
+from ..norms.fused import triton_rmsnorm
+
+SHAPES = ((80, 2048), (4096, 512), (8192, 1024), (25000, 512))  # GRU step; Transformer batches (25k tokens: base)
+DTYPES = (torch.float32, torch.bfloat16)
+EXACT_DTYPES = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 3e-3}  # error / max |reference|
+STEP_TASKS = ("transformer", "rnnsearch")
+STEP_NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
+DEADLINE_S = 270  # stop starting new parts after this (the whole check: under 5 minutes)
+
+
+# 1. Exactness ----------------------------------------------------------------------------------------
+EXACT_CASES = [  # shape, p, eps_inside, affine ("gain", "gain+bias", "none"), zero row
+    ((7, 33), 1.0, False, "gain+bias", True),
+    ((2, 3, 20), 0.3, True, "gain", False),
+    ((5, 1), 1.0, False, "none", False),
+    ((64, 4096), 0.0625, False, "gain", True),
+    ((16, 1000), 1.0, True, "gain+bias", False),
+]
+# eps 1e-3: a zero row's scale 1 / eps must stay finite in float16 (max 65504; eps 1e-5 would not)
+EPS = 1e-3
+
+
+def _case(shape, dtype, param_dtype, affine, zero_row, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    d = shape[-1]
+    x = torch.randn(*shape, generator=g)
+    if zero_row:
+        x.view(-1, d)[0] = 0.0
+    w = (1 + 0.5 * torch.randn(d, generator=g)) if affine != "none" else None
+    b = torch.randn(d, generator=g) if affine == "gain+bias" else None
+    dy = torch.randn(*shape, generator=g)
+    to = lambda t, dt: None if t is None else t.to(device=device, dtype=dt)  # noqa: E731
+    return to(x, dtype), to(w, param_dtype), to(b, param_dtype), to(dy, dtype)
+
+
+def _max_rel_err(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
+    worst = 0.0
+    for a, r in zip(got, want):
+        scale = max(r.abs().max().item(), 1e-30)
+        worst = max(worst, (a.double() - r).abs().max().item() / scale)
+    return worst
+
+
+def exactness(device: str = "cuda", dtypes=tuple(EXACT_DTYPES), cases=EXACT_CASES) -> list[dict]:
+    """One row per (case, dtype, parameter dtype): the Triton kernel's worst error against float64."""
+    rows = []
+    for dtype in dtypes:
+        mixes = [dtype] + ([torch.float32] if dtype in (torch.bfloat16, torch.float16) else [])
+        for param_dtype in mixes:
+            for shape, p, eps_inside, affine, zero_row in cases:
+                x, w, b, dy = _case(shape, dtype, param_dtype, affine, zero_row, device)
+                k = formulas.partial_k(shape[-1], p)
+                leaves = [t.detach().clone().requires_grad_() for t in (x, w, b) if t is not None]
+                xi, wi, bi = leaves[0], (leaves[1] if w is not None else None), (leaves[-1] if b is not None else None)
+                y = triton_rmsnorm.rms_norm(xi, wi, bi, k, EPS, eps_inside)
+                got = [y, *torch.autograd.grad(y, leaves, dy)]
+                ref_leaves = [t.detach().double().requires_grad_() for t in (x, w, b) if t is not None]
+                rw = ref_leaves[1] if w is not None else None
+                rb = ref_leaves[-1] if b is not None else None
+                yr = formulas.rms_norm(ref_leaves[0], rw, rb, k, EPS, eps_inside)
+                want = [yr, *torch.autograd.grad(yr, ref_leaves, dy.double())]
+                # the op-by-op reference in the same dtype: what this precision can do at all (a row of
+                # d = 1 makes dx a difference of nearly equal terms)
+                low_leaves = [t.detach().clone().requires_grad_() for t in (x, w, b) if t is not None]
+                yl = formulas.rms_norm(low_leaves[0], low_leaves[1] if w is not None else None,
+                                       low_leaves[-1] if b is not None else None, k, EPS, eps_inside)
+                ref_err = _max_rel_err([yl, *torch.autograd.grad(yl, low_leaves, dy.to(yl.dtype))], want)
+                dtypes_ok = y.dtype == dtype and all(gr.dtype == t.dtype for gr, t in zip(got[1:], (x, w, b)))
+                err = _max_rel_err(got, want)
+                rows.append({"shape": "x".join(map(str, shape)), "dtype": str(dtype).replace("torch.", ""),
+                             "params": str(param_dtype).replace("torch.", ""), "p": p, "eps_inside": eps_inside,
+                             "affine": affine, "zero_row": zero_row, "max_rel_err": err, "reference_err": ref_err,
+                             "tol": EXACT_DTYPES[dtype],
+                             "ok": bool((err <= EXACT_DTYPES[dtype] or err <= 4 * ref_err) and dtypes_ok)})
+    return rows
+
+
+def module_checks(device: str = "cuda") -> list[dict]:
+    """The RMSNorm module on the device: which kernel it chose, and autocast's dtype."""
+    rows = []
+    norm = RMSNorm(64).to(device)
+    x = torch.randn(8, 64, device=device)
+    y = norm(x)
+    expected = "triton" if device == "cuda" else fused.resolve("auto", device)
+    rows.append({"check": "RMSNorm(64) on the device chooses", "value": norm.kernel_name,
+                 "ok": bool(norm.kernel_name == expected and torch.allclose(y, formulas.rms_norm(x, norm.weight, None, 64, 1e-8, False), rtol=1e-5, atol=1e-5))})
+    if device == "cuda":  # CPU autocast is covered by tests/test_fused.py
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            h = torch.nn.functional.linear(x, torch.eye(64, device=device))
+            y = norm(h)
+        ref = formulas.rms_norm(h.double(), norm.weight.double(), None, 64, 1e-8, False)
+        ok = y.dtype == torch.bfloat16 and _max_rel_err([y], [ref]) < 2e-2
+        rows.append({"check": "under autocast (bf16 activations, fp32 gain)", "value": f"{norm.kernel_name}, {y.dtype}", "ok": bool(ok)})
+    return rows
+
+
+# 2. Kernel table ---------------------------------------------------------------------------------------
+def implementations(d: int, device: str, dtype: torch.dtype) -> dict[str, Callable]:
+    """name -> f(x, w, b); Liger's and apex's where they import."""
+    eps = 1e-6
+    rms = RMSNorm(d).to(device=device, dtype=dtype)
+    prms = RMSNorm(d, p=0.0625).to(device=device, dtype=dtype)
+    out = {
+        "torch layer_norm": lambda x, w, b: F.layer_norm(x, (d,), w, b, 1e-5),
+        "torch rms_norm": lambda x, w, b: F.rms_norm(x, (d,), w, eps),
+        "suite Triton kernel": lambda x, w, b: triton_rmsnorm.rms_norm(x, w, None, d, eps, True),
+        "suite RMSNorm module": lambda x, w, b: rms(x),
+        "suite pRMSNorm module 6.25%": lambda x, w, b: prms(x),
+    }
+    try:
+        from liger_kernel.transformers.rms_norm import LigerRMSNorm
+
+        liger = LigerRMSNorm(d, eps=eps).to(device=device, dtype=dtype)
+        out["Liger RMSNorm"] = lambda x, w, b: liger(x)
+    except Exception:  # noqa: BLE001 (not installed, or not for this device)
+        pass
+    try:
+        from apex.normalization import FusedRMSNorm
+
+        apex_norm = FusedRMSNorm(d, eps=eps).to(device=device, dtype=dtype)
+        out["apex FusedRMSNorm"] = lambda x, w, b: apex_norm(x)
+    except Exception:  # noqa: BLE001
+        pass
+    out["x * 2 (floor)"] = lambda x, w, b: x * 2.0
+    return out
+
+
+def _sync(device: str) -> Callable[[], None]:
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+def _block_ms(stmt: Callable[[], None], number: int, sync) -> float:
+    stmt()
+    sync()
+    start = time.perf_counter()
+    for _ in range(number):
+        stmt()
+    sync()
+    return (time.perf_counter() - start) * 1e3 / number
+
+
+def kernel_table(device: str = "cuda", shapes=SHAPES, dtypes=DTYPES, rounds: int = 7, block_s: float = 0.02,
+                 names: list[str] | None = None) -> list[dict]:
+    """Median ms, GB/s and the median of paired ratios to torch layer_norm per (shape, dtype, mode, impl)."""
+    sync, rows = _sync(device), []
+    for dtype in dtypes:
+        for n, d in shapes:
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(n, d, generator=g).to(device, dtype)
+            dy = torch.randn(n, d, generator=g).to(device, dtype)
+            w = (1 + 0.1 * torch.randn(d, generator=g)).to(device, dtype)
+            b = (0.1 * torch.randn(d, generator=g)).to(device, dtype)
+            impls = {k: v for k, v in implementations(d, device, dtype).items() if names is None or k in names or k == "torch layer_norm"}
+            xg, wg, bg = (t.detach().clone().requires_grad_() for t in (x, w, b))
+            stmts = {}
+            for name, f in impls.items():
+                def fwd(f=f):
+                    with torch.no_grad():
+                        f(x, w, b)
+
+                def fwd_bwd(f=f):
+                    f(xg, wg, bg).backward(dy)
+                    xg.grad = wg.grad = bg.grad = None
+                stmts[(name, "fwd")], stmts[(name, "fwd+bwd")] = fwd, fwd_bwd
+            number = {}
+            for key, stmt in stmts.items():
+                one = _block_ms(stmt, 3, sync)  # also the warm-up: Triton compiles here
+                number[key] = max(1, int(block_s / max(one / 1e3, 1e-7)))
+            ms = {key: [] for key in stmts}
+            ratio = {key: [] for key in stmts}
+            for _ in range(rounds):
+                for key, stmt in stmts.items():
+                    base = _block_ms(stmts[("torch layer_norm", key[1])], number[("torch layer_norm", key[1])], sync)
+                    t = _block_ms(stmt, number[key], sync)
+                    ms[key].append(t)
+                    ratio[key].append(t / base)
+            for (name, mode), v in ms.items():
+                moved = (2 if mode == "fwd" else 5) * n * d * x.element_size()
+                med = statistics.median(v)
+                trms = statistics.median(ms[("torch rms_norm", mode)]) if ("torch rms_norm", mode) in ms else None
+                rows.append({"dtype": str(dtype).replace("torch.", ""), "shape": f"{n}x{d}", "mode": mode, "impl": name,
+                             "ms": med, "gb_s": moved / med / 1e6, "vs_layer_norm": statistics.median(ratio[(name, mode)]),
+                             "vs_torch_rms_norm": med / trms if trms else None})
+    return rows
+
+
+# 3. Per-step table -------------------------------------------------------------------------------------
+class _StepRun:
+    """One task x norm on the device: the model, Adam and the runner's timed step (runner.step.train_step)."""
+
+    def __init__(self, task: str, norm: str, device: str, batch_fraction: float, overrides: list[str]):
+        from ..runner.checkpoint import seed_everything
+        from ..runner.optim import build_optimizer
+        from ..runner.setup import normalization, task_class
+        from .steps import compose_config
+
+        self.cfg, self.batch = compose_config(task, norm, batch_fraction, [f"device={device}", *overrides])
+        seed_everything(int(self.cfg.seed))
+        cls = task_class(self.cfg)
+        self.norms = normalization(self.cfg, cls)
+        self.task = cls(self.cfg, self.norms, torch.device(device))
+        self.model = self.task.build_model().to(device)
+        self.model.train()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.params, self.cfg.optim)
+
+    def step(self, step: int) -> float:
+        from ..runner.step import train_step
+
+        batch = self.task.train_batch(step)
+        return train_step(self.task, self.model, self.optimizer, batch, self.params, self.cfg.optim.clip)[2]
+
+
+def step_table(device: str = "cuda", tasks=STEP_TASKS, norms=STEP_NORMS, steps: int = 5, batch_fraction: float = 1.0,
+               overrides: list[str] = (), log=print) -> list[dict]:
+    """Median ms per training step of each task x norm (after 2 warm-up steps), and the ratio to LayerNorm."""
+    rows = []
+    for task in tasks:
+        med, info = {}, {}
+        for norm in norms:
+            run = _StepRun(task, norm, device, batch_fraction, list(overrides))
+            for s in range(2):
+                run.step(s)
+            med[norm] = statistics.median(run.step(2 + s) for s in range(steps))
+            info[norm] = {"batch": run.batch, "impl": run.norms.describe().get("impl_used", "-")}
+            del run
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        for norm in norms:
+            ln = med.get("layernorm")
+            rows.append({"task": task, "norm": norm, "step_ms": med[norm], "vs_layernorm": med[norm] / ln if ln else None,
+                         **info[norm]})
+        log(f"  gpu step table: {task} done")
+    return rows
+
+
+# Report ------------------------------------------------------------------------------------------------
+def markdown(exact: list[dict], checks: list[dict], kernels: list[dict], step_rows: list[dict], errors: dict[str, str]) -> str:
+    out = ["## 1. Exactness of the Triton kernel (against float64)", ""]
+    if exact:
+        bad = [r for r in exact if not r["ok"]]
+        out.append(f"{len(exact) - len(bad)} of {len(exact)} cases within tolerance: error = max |got - float64 "
+                   "reference| / max |reference| over y and every gradient, at most fp32 2e-5, bf16 2e-2, fp16 3e-3, or at "
+                   "most 4 times the error of the op-by-op reference run in the same dtype; y and gradients in the "
+                   f"inputs' dtypes; eps {EPS}.")
+        out += ["", "| shape | dtype | params | p | eps inside | affine | zero row | max rel err | same-dtype reference's | ok |",
+                "|---|---|---|---|---|---|---|---:|---:|---|"]
+        out += [f"| {r['shape']} | {r['dtype']} | {r['params']} | {r['p']} | {r['eps_inside']} | {r['affine']} | "
+                f"{r['zero_row']} | {r['max_rel_err']:.1e} | {r['reference_err']:.1e} | {'yes' if r['ok'] else 'NO'} |" for r in exact]
+    out += [f"- {c['check']}: {c['value']} ({'ok' if c['ok'] else 'WRONG'})" for c in checks]
+    out += ["", "## 2. Kernel table", ""]
+    if kernels:
+        out += ["| dtype | shape | mode | implementation | median ms | GB/s | vs layer_norm (paired) | vs torch rms_norm |",
+                "|---|---|---|---|---:|---:|---:|---:|"]
+        for r in kernels:
+            trms = "-" if r["vs_torch_rms_norm"] is None else f"{r['vs_torch_rms_norm']:.2f}x"
+            out.append(f"| {r['dtype']} | {r['shape']} | {r['mode']} | {r['impl']} | {r['ms']:.4f} | {r['gb_s']:.0f} | "
+                       f"{r['vs_layer_norm']:.2f}x | {trms} |")
+    out += ["", "## 3. Per training step (paper sizes)", ""]
+    if step_rows:
+        out += ["| task | norm | step ms (median) | vs LayerNorm | batch | impl |", "|---|---|---:|---:|---|---|"]
+        out += [f"| {r['task']} | {r['norm']} | {r['step_ms']:.1f} | {r['vs_layernorm']:.2f} | {', '.join(r['batch'])} | {r['impl']} |"
+                for r in step_rows]
+    if errors:
+        out += ["", "## Parts that failed", ""] + [f"- {part}: {msg}" for part, msg in errors.items()]
+    return "\n".join(out)
+
+
+def device_label(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name(0)
+    from ..runner.setup import cpu_name
+
+    return f"{cpu_name()} (Triton interpreted)" if triton_rmsnorm._interpreting() else cpu_name()
+
+
+def run_all(device: str = "cuda", out: str | Path = "results/speed", kernel_kwargs: dict | None = None,
+            step_kwargs: dict | None = None, deadline_s: float = DEADLINE_S, log=print) -> tuple[Path, bool]:
+    """All three parts; returns (the markdown file written, whether every exactness check passed)."""
+    start, errors = time.perf_counter(), {}
+    results: dict[str, list] = {"exact": [], "checks": [], "kernels": [], "steps": []}
+    parts = [("exact", lambda: exactness(device)), ("checks", lambda: module_checks(device)),
+             ("kernels", lambda: kernel_table(device, **(kernel_kwargs or {}))),
+             ("steps", lambda: step_table(device, log=log, **(step_kwargs or {})))]
+    for name, part in parts:
+        if time.perf_counter() - start > deadline_s:
+            errors[name] = f"skipped: the check had run {deadline_s} s"
+            continue
+        log(f"gpu check: {name} ...")
+        try:
+            results[name] = part()
+        except Exception as e:  # noqa: BLE001 (report it and go on with the other parts)
+            errors[name] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            traceback.print_exc()
+    exact_ok = bool(results["exact"]) and all(r["ok"] for r in results["exact"] + results["checks"])
+    label = device_label(device)
+    slug = "".join(c if c.isalnum() else "-" for c in label.lower()).strip("-")[:40]
+    path = Path(out) / f"gpu-{slug}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = [f"# GPU check: {label}", "", f"`python -m rmsnorm_repro.bench --gpu`: torch {torch.__version__}, "
+              f"triton {getattr(triton_rmsnorm.triton, '__version__', 'not installed')}, "
+              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.perf_counter() - start:.0f} s.", "",
+              "- timings: wall clock with the device synchronized around blocks of calls; each block right after a block "
+              "of torch layer_norm (ratios: medians of those pairs); fwd+bwd: y.backward(dy), fresh outputs",
+              "- torch layer_norm has weight and bias; the RMSNorms have a gain only; eps 1e-6 (the suite's modules: 1e-8)",
+              f"- exactness: {'every case passed' if exact_ok else 'SOME CASES FAILED (see section 1)'}", ""]
+    path.write_text("\n".join(header) + markdown(results["exact"], results["checks"], results["kernels"],
+                                                  results["steps"], errors) + "\n")
+    path.with_suffix(".json").write_text(json.dumps({**results, "errors": errors, "device": label}, indent=1, default=str) + "\n")
+    log(f"wrote {path}")
+    return path, exact_ok
+
+
+def main(out: str = "results/speed") -> int:
+    if not torch.cuda.is_available():
+        print("python -m rmsnorm_repro.bench --gpu: no CUDA device here (this check is for a GPU machine)", file=sys.stderr)
+        return 2
+    if not triton_rmsnorm.available():
+        print("python -m rmsnorm_repro.bench --gpu: Triton is not installed (pip install triton)", file=sys.stderr)
+        return 2
+    _, ok = run_all("cuda", out)
+    return 0 if ok else 1

@@ -1,0 +1,189 @@
+"""The speed benches that measure what users call: the module table (bench/module.py), the one-shot
+GPU check (bench/gpu.py, run here on CPU with the Triton kernel interpreted), the profile
+(bench/profile.py) and the bindings script (scripts/bench_binding.py)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from rmsnorm_repro.bench import module
+from rmsnorm_repro.norms import formulas
+from rmsnorm_repro.norms.fused import cpu
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ext():
+    ext = cpu.load()
+    if ext is None:
+        pytest.skip("fused CPU kernel could not be built here")
+    return ext
+
+
+# Module table -------------------------------------------------------------------------------------------
+def test_module_table_smoke(ext):
+    rows = module.run_shapes("default", shapes=((4, 32),), rounds=3, min_run_time=0.002, compiled=False)
+    calls = {r["call"] for r in rows}
+    assert {module.BASELINE, module.RMS_MODULE, module.FLOOR, "fused kernel, called directly"} <= calls
+    for r in rows:
+        assert r["ms"] > 0 and r["cpu_ms"] > 0 and r["paired_q1"] <= r["median_paired_ratio"] <= r["paired_q3"]
+        assert r["allocator"] == "default" and r["shape"] == "4x32"
+    base = next(r for r in rows if r["call"] == module.BASELINE)
+    assert base["ratio_of_medians"] == 1.0 and base["median_paired_ratio"] == 1.0
+    assert "| 4x32 | default | suite RMSNorm module |" in module.markdown(rows)
+
+
+def test_gru_row_smoke():
+    rows = module.run_gru("tuned", rounds=2, sizes={"batch": 3, "hidden": 8, "input": 4, "steps": 2})
+    assert [r["norm"] for r in rows] == list(module.GRU_NORMS)
+    assert all(r["ms"] > 0 for r in rows)
+
+
+def _row(shape, alloc, call, ratio, q1=None, q3=None, **extra):
+    return {"shape": shape, "allocator": alloc, "call": call, "ms": ratio, "cpu_ms": ratio, "ratio_of_medians": ratio,
+            "ratio_of_medians_wall": ratio, "median_paired_ratio": ratio, "paired_q1": ratio if q1 is None else q1, "paired_q3": ratio if q3 is None else q3,
+            **extra}
+
+
+def test_module_targets_say_which_hold_with_the_floor():
+    rows = [_row("80x2048", "default", module.RMS_MODULE, 0.55, 0.5, 0.58), _row("80x2048", "default", module.FLOOR, 0.4),
+            _row("4096x512", "default", module.RMS_MODULE, 0.75, 0.55, 0.8), _row("4096x512", "default", module.FLOOR, 0.7),
+            _row("8192x1024", "tuned", module.RMS_MODULE, 0.95), _row("8192x1024", "tuned", module.FLOOR, 0.8),
+            _row("80x2048", "tuned", module.COMPILED_RMS, 1.2, vs_compiled_layer_norm=0.94, vs_compiled_layer_norm_paired=0.93)]
+    lines = module.target_lines(rows)
+    assert "80x2048, default allocator: RMSNorm module 0.55x" in lines[0] and "target <= 0.6x: holds" in lines[0]
+    assert "within noise" not in lines[0] and "the floor x * 2 is at 0.40x)" in lines[0]
+    assert "target <= 0.6x: does not hold; within noise" in lines[1]
+    assert "the floor x * 2 is at 0.70x, so no norm reaches the target here" in lines[1]
+    assert "target <= 0.9x: does not hold" in lines[2]
+    assert "compiled RMSNorm 0.94x compiled nn.LayerNorm (paired 0.93x, IQR 0.94-0.94) (target <= 1.0x: holds)" in lines[3]
+    (line,) = module.target_lines([_row("4096x512", "default", module.RMS_MODULE, 0.64, 0.6, 0.8),
+                                   _row("4096x512", "default", module.FLOOR, 0.85)])
+    assert "the floor x * 2 is at 0.85x and RMSNorm below it" in line and "no norm reaches" not in line
+
+    def gru(norm, ms):
+        return {**_row("GRU", "tuned", f"NormGRU step, norm={norm}", ms / 10, 0.9, 1.1), "cpu_ms": ms, "norm": norm}
+
+    def gru_none(ms, q1, q3):
+        return {**gru("none", ms), "median_paired_ratio": ms / 12.0, "paired_q1": q1, "paired_q3": q3}
+
+    (line,) = module.target_lines([gru_none(10.0, 0.8, 0.85), gru("layernorm", 12.0), gru("rmsnorm", 10.5)])
+    assert "RMSNorm <= LayerNorm (holds" in line and "0.25 of LayerNorm's" in line and "< 0.5: holds" in line
+    (line,) = module.target_lines([gru_none(10.0, 0.8, 0.85), gru("layernorm", 12.0), gru("rmsnorm", 11.5)])
+    assert "0.75 of LayerNorm's" in line and "< 0.5: does not hold" in line
+    (line,) = module.target_lines([gru_none(11.0, 0.87, 1.01), gru("layernorm", 12.0), gru("rmsnorm", 11.5)])
+    assert "0.50 of LayerNorm's" in line and "within noise: no norm at all is 0.92x" in line
+    (line,) = module.target_lines([gru_none(12.5, 1.0, 1.1), gru("layernorm", 12.0), gru("rmsnorm", 11.5)])
+    assert "cannot be measured" in line
+
+
+# The one-shot GPU check, on CPU ---------------------------------------------------------------------------
+GPU_CHECK = textwrap.dedent("""
+    import json, sys, torch
+    from rmsnorm_repro.bench import gpu
+    path, ok = gpu.run_all("cpu", sys.argv[1],
+                           kernel_kwargs=dict(shapes=((8, 64),), dtypes=(torch.float32, torch.bfloat16), rounds=1, block_s=0.001),
+                           step_kwargs=dict(tasks=("transformer",), norms=("layernorm", "rmsnorm"), steps=1,
+                                            batch_fraction=0.05, overrides=["scale=mini"]))
+    print(json.dumps({"path": str(path), "ok": ok}))
+""")
+
+
+def test_gpu_check_runs_on_cpu_with_the_triton_interpreter(ext, tmp_path):
+    """Every part of `make speed-gpu` on CPU: Triton exactness in fp32/bf16/fp16 (and fp32 gains beside
+    bf16/fp16 x) against float64, the module's choice, the kernel table, the per-step table, the report."""
+    pytest.importorskip("triton", reason="Triton is not installed (it ships with CUDA builds of torch)")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", GPU_CHECK, str(tmp_path)], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    text = Path(result["path"]).read_text()
+    assert result["ok"], text
+    data = json.loads(Path(result["path"]).with_suffix(".json").read_text())
+    assert not data["errors"]
+    assert {(r["dtype"], r["params"]) for r in data["exact"]} == {
+        ("float32", "float32"), ("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float16", "float16"), ("float16", "float32")}
+    assert {r["impl"] for r in data["kernels"]} >= {"torch layer_norm", "torch rms_norm", "suite Triton kernel", "suite RMSNorm module"}
+    assert {(r["task"], r["norm"]) for r in data["steps"]} == {("transformer", "layernorm"), ("transformer", "rmsnorm")}
+    for section in ("## 1. Exactness", "## 2. Kernel table", "## 3. Per training step"):
+        assert section in text
+
+
+def test_gpu_check_reports_a_failing_part_and_goes_on(tmp_path, monkeypatch):
+    from rmsnorm_repro.bench import gpu
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no such kernel")
+
+    monkeypatch.setattr(gpu, "exactness", broken)
+    monkeypatch.setattr(gpu, "kernel_table", lambda *a, **k: [])
+    monkeypatch.setattr(gpu, "step_table", lambda *a, **k: [])
+    monkeypatch.setattr(gpu, "module_checks", lambda *a, **k: [])
+    path, ok = gpu.run_all("cpu", tmp_path, log=lambda *a: None)
+    assert not ok
+    assert "- exact: RuntimeError: no such kernel" in path.read_text()
+
+
+def test_gpu_check_without_a_gpu_says_so(capsys):
+    from rmsnorm_repro.bench import gpu
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert gpu.main() == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+# Profile --------------------------------------------------------------------------------------------------
+def test_profile_counts_the_norm_ops_by_name(ext):
+    from rmsnorm_repro.bench import profile
+    from rmsnorm_repro.norms import LayerNorm, RMSNorm
+
+    x = torch.randn(16, 32, requires_grad=True)
+    with torch.profiler.profile() as prof:
+        for norm in (LayerNorm(32), RMSNorm(32)):
+            norm(torch.tanh(x)).sum().backward()
+    total, per_name = profile.norm_time_ms(prof, "cpu")
+    assert set(per_name) == {"aten::native_layer_norm", "aten::native_layer_norm_backward", "rmsnorm_repro::rms_norm",
+                             "rmsnorm_repro::rms_norm_backward"}
+    assert total == pytest.approx(sum(per_name.values())) and total > 0
+    rows = [{"norm": n, "step_ms": ms, "busy_ms": ms, "norm_ms": share * ms, "share": share, "ops": {}, "impl": "-", "batch": []}
+            for n, ms, share in (("none", 9.0, 0.0), ("layernorm", 10.0, 0.2), ("rmsnorm", 9.5, 0.1))]
+    text = profile.markdown(rows)
+    assert "no norm can make this step more than 20.0% faster" in text
+    assert "RMSNorm's step took 0.95 of LayerNorm's" in text
+
+
+def test_profile_cli_refuses_bad_arguments(capsys):
+    from rmsnorm_repro.bench import profile
+
+    assert profile.main(["scale=mini"]) == 2
+    assert profile.main(["task=transformer", "colour=blue"]) == 2
+    assert "--profile takes task=<task>" in capsys.readouterr().err
+
+
+# The bindings script --------------------------------------------------------------------------------------
+def test_every_binding_in_the_comparison_is_exact(ext):
+    spec = importlib.util.spec_from_file_location("bench_binding", REPO / "scripts" / "bench_binding.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    calls = script.bindings(ext, None)  # without the TORCH_LIBRARY variant (a second build)
+    assert len(calls) == 3
+    x = torch.randn(4, 9, dtype=torch.float64, requires_grad=True)
+    w = (torch.rand(9, dtype=torch.float64) + 0.5).requires_grad_()
+    dy = torch.randn(4, 9, dtype=torch.float64)
+    y = formulas.rms_norm(x, w, None, 9, 1e-8, False)
+    want = [y, *torch.autograd.grad(y, (x, w), dy)]
+    for name, f in calls.items():
+        y = f(x, w, 9)
+        for a, r in zip([y, *torch.autograd.grad(y, (x, w), dy)], want):
+            torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12, msg=name)
