@@ -11,7 +11,7 @@ The implementation is chosen once per (impl, device type, dtype), by `kernel()`,
 the function it got (RMSNorm chooses again only when it sees another dtype or is moved): a call
 runs no selection logic. Inside torch.compile (`traced`), impl=auto|fused on CPU is the same C++
 kernel as two opaque custom ops with an autograd formula (ops.py; Inductor's code for the formulas
-was 2.7-3.7x slower on this CPU); on CUDA, and for impl=reference|compile, the compiler traces the
+was 2.7-4.5x slower on this CPU); on CUDA, and for impl=reference|compile, the compiler traces the
 reference formulas and fuses them with their neighbours. torch.export always traces the formulas,
 so an exported program holds only standard ops and runs without the extension.
 A fast path that cannot run (no compiler, no Triton, an unsupported dtype) falls back to the

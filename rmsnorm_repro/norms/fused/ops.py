@@ -9,7 +9,7 @@ compiled graph cannot call into that Function, so under torch.compile the RMSNor
 functional.rms_norm call `rms_norm` below instead: two opaque ops, `rmsnorm_repro::rms_norm_fwd` and
 `rmsnorm_repro::rms_norm_bwd`, with fake (shape) functions and an autograd formula, which
 AOTAutograd places in the forward and backward graphs as they are. On this CPU Inductor's own code for
-the traced formulas ran 2.7-3.7x slower forward+backward than the kernel (results/speed/kernels-cpu-tuned.md,
+the traced formulas ran 2.7-4.5x slower forward+backward than the kernel (results/speed/kernels-cpu-tuned.md,
 "torch.compile" against "suite fused"), more than fusing a norm with its neighbours could win back. Where the kernel cannot be built, or does
 not take the dtypes, the ops compute the same math with torch operations.
 """

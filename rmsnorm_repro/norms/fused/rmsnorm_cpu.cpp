@@ -20,8 +20,9 @@
 // 1.2x slower at 80x2048; CPU autocast defaults to bfloat16.)
 // The entry point is a C++ autograd Function called straight from Python through pybind11: of the
 // ways PyTorch offers to expose a kernel with its backward, the one with the least cost per call
-// (scripts/bench_binding.py; README, Speed). Built with -DRMSNORM_TORCH_LIBRARY, the same Function is
-// also registered as the dispatcher op rmsnorm_repro::rms_norm (for that comparison only).
+// (scripts/bench_binding.py; README, Speed). `forward` and `backward` on their own serve the
+// torch.library ops a compiled graph calls (ops.py). Built with -DRMSNORM_TORCH_LIBRARY=<namespace>,
+// the same Function is also registered as the dispatcher op <namespace>::rms_norm (for that comparison).
 // Only the headers used (not <torch/extension.h>, which pulls in all of libtorch's C++ API):
 // the one-time build takes about half as long.
 #include <ATen/ATen.h>
