@@ -1,5 +1,9 @@
 """Forward+backward time of one NormGRU layer per norm, side by side in one process.
 
+The decision it backs: nn/gru.py hoists the input half (one GEMM and its norms) out of the time loop and
+iterates with unbind (docs/performance.md, "Recurrent cells"); rerun it after changing the cell. The
+paper-size cell row of `python -m rmsnorm_repro.bench --module` times the same layer at batch 80, H 1000.
+
     OMP_NUM_THREADS=1 python scripts/bench_gru.py                  # batch 80, T 20, H 256 and 1024
     OMP_NUM_THREADS=1 python scripts/bench_gru.py --hidden 256 --norms layernorm rmsnorm rmsnorm:impl=reference
 
