@@ -111,6 +111,15 @@ def finished_at(runs: list[Run]) -> str:
     return f"{datetime.fromtimestamp(max(times), timezone.utc):%Y-%m-%d %H:%M} UTC" if times else "never"
 
 
+def timings_table(timings: dict) -> list[str]:
+    """Markdown lines of how long each sweep took (name -> (exit code, seconds)); none without timings."""
+    if not timings:
+        return []
+    return ["", "| sweep | exit code | minutes |", "|---|---|---|",
+            *(f"| {name} | {code} | {seconds / 60:.1f} |" for name, (code, seconds) in timings.items()),
+            f"| total | | {sum(s for _, s in timings.values()) / 60:.1f} |"]
+
+
 def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
     """results/mini/REPORT.md from the runs under out/runs (figures under out/figures)."""
     runs_root, fig_dir = out / "runs", out / "figures"
@@ -125,10 +134,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              "paper's; what can be compared is direction: which norm trains, which converges first, which is faster "
              "per step. Step times on a shared 2-core CPU are noisy, and tiny layers make the norm a small share of "
              "a step. Reproduce a table at the paper's scale with `make table4 SCALE=paper` (see README)."]
-    if timings:
-        lines += ["", "| sweep | exit code | minutes |", "|---|---|---|"]
-        lines += [f"| {name} | {code} | {seconds / 60:.1f} |" for name, (code, seconds) in timings.items()]
-        lines.append(f"| total | | {sum(s for _, s in timings.values()) / 60:.1f} |")
+    lines += timings_table(timings)
 
     lines += ["", "## The paper's claims at mini scale", "", "| claim | at mini scale | numbers |", "|---|---|---|"]
     claims = all_claims([r for name in ("rnnsearch", "transformer", "reader", "retrieval", "convpool") for r in runs[name]],

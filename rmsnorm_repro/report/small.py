@@ -26,7 +26,7 @@ from pathlib import Path
 from . import figures as figs
 from .aggregate import Group, Run, describe_env, group_runs
 from .claims import FAILS, HOLDS, LEARNED_BLEU, UNSURE, Claim, _by_norm, _fmt, convergence_claim, speed_claims
-from .demo import ROOT, finished_at, load_timings, run_logged, runs_of, save_timings
+from .demo import ROOT, finished_at, load_timings, run_logged, runs_of, save_timings, timings_table
 from ..atomic import atomic_write_text
 from .tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
 
@@ -243,10 +243,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              "can be compared is what the paper claims: which norm trains, which matches which. Runs stop on a "
              "wall-clock budget (`train.max_minutes`), so a faster norm gets more steps. Step times on a shared CPU "
              "are noisy."]
-    if timings:
-        lines += ["", "| sweep | exit code | minutes |", "|---|---|---|"]
-        lines += [f"| {name} | {code} | {seconds / 60:.1f} |" for name, (code, seconds) in timings.items()]
-        lines.append(f"| total | | {sum(s for _, s in timings.values()) / 60:.1f} |")
+    lines += timings_table(timings)
 
     lines += ["", "## The paper's translation claims on Multi30k", "", "| claim | on Multi30k | numbers |", "|---|---|---|"]
     cell = lambda text: text.replace("|", "\\|")  # noqa: E731  (a literal | would end the Markdown cell)
