@@ -314,7 +314,7 @@ def selection(cfg: DictConfig, task) -> tuple[str, str] | None:
     if metric is None:
         metric, default_mode = task.best_metric
     else:
-        default_mode = "min" if metric in ("loss", "error") or metric.endswith(("_loss", "_error", "medr", "meanr")) else "max"
+        default_mode = "min" if metric.endswith(("loss", "error")) else "max"  # others (ranks): train.select_mode
     return str(metric), mode or default_mode
 
 
