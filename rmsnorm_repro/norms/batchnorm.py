@@ -29,7 +29,8 @@ class StepBatchNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: Tensor, t: int = 0) -> Tensor:
-        return self.stats[min(t, len(self.stats) - 1)](x) * self.weight + self.bias
+        y = self.stats[min(t, len(self.stats) - 1)](x) * self.weight + self.bias
+        return y.to(x.dtype)  # float32 gain beside bfloat16 x (autocast): back to the activation's dtype
 
     def forward_sequence(self, x: Tensor) -> Tensor:
         """Normalize a (T, B, D) sequence, step t with the statistics of step t."""

@@ -3,6 +3,8 @@
 A leaf module (torch and math only): the fused paths fall back to these functions and the public
 `functional` wraps them, so neither needs the other. The functions take already checked arguments:
 modules check p and eps and compute k once when they are built (`check_norm_args`, `partial_k`).
+Low-precision activations (bfloat16/float16, e.g. under autocast) are normalized in float32, statistics
+and affine part, and the result comes back in the activation's dtype; float32 and float64 run as they are.
 """
 from __future__ import annotations
 
@@ -33,12 +35,18 @@ def partial_k(dim: int, p: float) -> int:
     return max(1, math.ceil(round(dim * p, 9)))
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a norm computes in for activations of `dtype`: float64 stays, anything else is float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float, eps_inside: bool) -> Tensor:
     """RMSNorm (k = dim) or pRMSNorm (k < dim): x / RMS(x[..., :k]) * g (+ b), op by op.
 
     eps_inside=False divides by (RMS + eps) like the authors' PyTorch file; eps_inside=True
     multiplies by rsqrt(mean(x^2) + eps) like their TensorFlow file and torch.nn.RMSNorm.
     """
+    out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))
     head = x if k == x.shape[-1] else x[..., :k]
     mean_square = head.pow(2).mean(-1, keepdim=True)
     if eps_inside:
@@ -52,19 +60,21 @@ def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps:
         y = y * weight
     if bias is not None:
         y = y + bias
-    return y
+    return y.to(out_dtype)
 
 
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
-    """LayerNorm over the last dimension: torch's fused kernel (the fastest LayerNorm there is)."""
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    """LayerNorm over the last dimension: torch's fused kernel (the fastest LayerNorm there is). It
+    computes in float32 for bfloat16/float16 x; CUDA autocast returns float32, hence the cast back."""
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps).to(x.dtype)
 
 
 def l2_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None = None, eps: float = 1e-8) -> Tensor:
     """The paper's L2-Norm baseline: x / (||x||_2 + eps) * g (+ b). RMSNorm without the sqrt(n)."""
+    out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))
     y = x / (torch.linalg.vector_norm(x, dim=-1, keepdim=True) + eps)
     if weight is not None:
         y = y * weight
     if bias is not None:
         y = y + bias
-    return y
+    return y.to(out_dtype)

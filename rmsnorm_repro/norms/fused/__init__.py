@@ -19,8 +19,8 @@ reference: a missing compiler warns once. The implementation chosen is logged on
 recorded for `implementations_used` (what RMSNormalization.describe() reports).
 
 Under autocast (bfloat16 activations, float32 gain; on CUDA float16 too) the fused kernels read the
-gain in float32 and return x's dtype, as F.layer_norm and F.rms_norm do; the reference promotes to
-float32.
+gain in float32 and return x's dtype, as F.layer_norm and F.rms_norm do; so does the reference, which
+computes in float32 (formulas.py).
 """
 from __future__ import annotations
 

@@ -20,12 +20,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from ..formulas import compute_dtype
 from . import cpu
-
-
-
-def _acc(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _kernel_takes(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> bool:
@@ -36,7 +32,7 @@ def _kernel_takes(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -
 
 def _stats(rows: Tensor, k: int, eps: float, eps_inside: bool) -> Tensor:
     """(2, n): the scale s and the backward's coefficient c per row (the kernel's, in torch operations)."""
-    head = rows[:, :k].to(_acc(rows.dtype))
+    head = rows[:, :k].to(compute_dtype(rows.dtype))
     mean_square = head.square().mean(-1)
     if eps_inside:
         s = torch.rsqrt(mean_square + eps)
@@ -72,7 +68,7 @@ def _fwd(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], k: int, ep
 
 def _fwd_fake(x, weight, bias, k, eps, eps_inside):
     n = x.numel() // x.shape[-1]
-    return x.new_empty(x.shape), x.new_empty((2, n), dtype=_acc(x.dtype))
+    return x.new_empty(x.shape), x.new_empty((2, n), dtype=compute_dtype(x.dtype))
 
 
 def _bwd(dy: Tensor, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], stats: Tensor, k: int,
