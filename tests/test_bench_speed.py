@@ -187,3 +187,37 @@ def test_every_binding_in_the_comparison_is_exact(ext):
         y = f(x, w, 9)
         for a, r in zip([y, *torch.autograd.grad(y, (x, w), dy)], want):
             torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12, msg=name)
+
+
+# bf16 tables (--precision bf16): what train.precision=bf16 runs ----------------------------------------
+def test_bf16_kernel_table_takes_autocasts_mix(ext):
+    from rmsnorm_repro.bench import kernels
+
+    names = ["torch layer_norm", "suite reference", "suite fused"]
+    rows = kernels.run(shapes=((4, 16),), names=names, rounds=2, min_run_time=0.002, dtype=torch.bfloat16)
+    assert {(r["impl"], r["mode"]) for r in rows} == {(n, m) for n in names for m in ("fwd", "fwd+bwd")}
+    assert all(r["ms"] > 0 for r in rows)
+
+
+def test_bf16_step_table_runs_the_step_under_autocast(tmp_path, monkeypatch):
+    from rmsnorm_repro.bench import __main__ as bench, steps
+
+    dtypes = []
+    step = steps.train_step
+
+    def spy(task, model, *args, precision=None, **kwargs):
+        with precision.autocast():
+            dtypes.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else torch.float32)
+        return step(task, model, *args, precision=precision, **kwargs)
+
+    monkeypatch.setattr(steps, "train_step", spy)
+    threads = torch.get_num_threads()
+    try:
+        bench.main(["--steps", "--precision", "bf16", "--tasks", "transformer", "--norms", "layernorm,rmsnorm",
+                    "--step-rounds", "1", "--step-count", "1", "--batch-fraction", "0.01", "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    data = json.loads((tmp_path / "steps-cpu-bf16-tuned.json").read_text())
+    assert [(r["norm"], r["precision"]) for r in data["rows"]] == [("layernorm", "bf16"), ("rmsnorm", "bf16")]
+    assert dtypes and set(dtypes) == {torch.bfloat16}
+    assert "CPU bf16 (autocast: norms compute in float32)" in (tmp_path / "steps-cpu-bf16-tuned.md").read_text()

@@ -1,9 +1,10 @@
 """python -m rmsnorm_repro.bench [--kernels] [--steps] [--module] [--allocator tuned|default] [--threads N]
+       [--precision fp32|bf16]
        python -m rmsnorm_repro.bench --gpu            (make speed-gpu: the one-shot GPU check)
        python -m rmsnorm_repro.bench --profile task=<task> [scale=mini|paper]
 
-Writes results/speed/{kernels,steps}-<device>-<allocator>.{json,md} (device: cpu, or cpu-<N>threads
-with --threads N > 1) and module-<device>.{json,md} (--module: the modules as users call them, glibc's
+Writes results/speed/{kernels,steps}-<device>[-bf16]-<allocator>.{json,md} (device: cpu, or cpu-<N>threads
+with --threads N > 1; -bf16: --precision bf16, autocast's mix: bf16 activations, float32 gains and weights) and module-<device>.{json,md} (--module: the modules as users call them, glibc's
 allocator as it comes and then tuned, compiled rows and a GRU step; bench/module.py). Without
 --kernels/--steps/--module it runs the kernel and step tables.
 
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int | None:
     ap.add_argument("--batch-fraction", type=float, default=0.1, help="fraction of the paper's batch (CPU time)")
     ap.add_argument("--flush-denormal", action="store_true", help="flush subnormal floats to zero (1 thread only; "
                     "they slowed the GEMMs of normalized GRU cells 1.2-1.4x in scripts/bench_gru.py)")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="kernels and steps: bf16 = what train.precision=bf16 runs (autocast: bf16 activations, float32 "
+                    "gains; matmuls in bf16, which only CPUs with AMX or AVX512-BF16 run fast)")
     ap.add_argument("--out", default="results/speed")
     args = ap.parse_args(argv)
     if args.gpu:
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int | None:
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(args.flush_denormal)
     device = "cpu" if args.threads == 1 else f"cpu-{args.threads}threads"  # file names: one table per setting
+    device += "-bf16" if args.precision == "bf16" else ""
     do_kernels, do_steps = args.kernels or not args.steps, args.steps or not args.kernels
     out, env = Path(args.out), _environment(args)
 
@@ -100,13 +105,16 @@ def main(argv: list[str] | None = None) -> int | None:
 
         print(f"kernel table: {args.threads} thread(s), allocator {in_effect}", flush=True)
         copy = kernels.dram_copy_gbs()
-        rows = kernels.run(rounds=args.rounds, min_run_time=args.min_run_time)
+        rows = kernels.run(rounds=args.rounds, min_run_time=args.min_run_time,
+                           dtype=torch.bfloat16 if args.precision == "bf16" else torch.float32)
         notes = [f"copy bandwidth beyond cache (256 MiB, read + write): {copy:.1f} GB/s; '% of copy' is against a "
                  "copy of a tensor of the same shape timed in the same rounds",
                  "fwd+bwd includes allocating the output and every gradient; torch layer_norm has its bias, "
                  "RMSNorm has none (the paper's setting); eps 1e-8 outside the sqrt for the suite's RMSNorm",
                  "x * 2 (floor): a scalar multiply, whose forward+backward moves the least any normalization must "
                  "(read x, write y; read dy, write dx) and pays torch's per-call autograd cost: no RMSNorm can beat it",
+                 f"x, dy and outputs {args.precision}, gain and bias float32 (autocast's mix)" if args.precision == "bf16"
+                 else "every tensor float32",
                  f"medians of {args.rounds} round-robin rounds of ~{args.min_run_time * 1e3:.0f} ms blocks; ratios: medians "
                  "of each block over the torch layer_norm block timed just before it; CPU ms: thread CPU time"]
         table = kernels.markdown(rows) + "\n\nTargets (fwd+bwd):\n\n" + "\n".join(f"- {t}" for t in kernels.target_lines(rows))
@@ -121,9 +129,10 @@ def main(argv: list[str] | None = None) -> int | None:
         tasks = [t for t in wanted if t in present]
         print(f"step table: tasks {', '.join(tasks) or 'none'}" + (f" (not available: {', '.join(missing)})" if missing else ""), flush=True)
         rows = steps.run(tasks, [n for n in args.norms.split(",") if n] or None, args.step_rounds, args.step_count,
-                         args.batch_fraction)
+                         args.batch_fraction, args.precision)
         notes = [f"paper model sizes (scale=paper), batch = {args.batch_fraction} x the paper's (see the batch column), "
-                 f"CPU fp32, synthetic data; median of {args.step_rounds} x {args.step_count} steps per norm, "
+                 f"CPU {args.precision}" + (" (autocast: norms compute in float32)" if args.precision == "bf16" else "")
+                 + ", synthetic data; median of {args.step_rounds} x {args.step_count} steps per norm, "
                  "norms in turn; a step = zero_grad + loss + backward + clip + Adam",
                  "overhead / LN's = (T_norm - T_none) / (T_layernorm - T_none), '-' where LayerNorm's overhead is under "
                  "2% of the no-norm step (within noise); paper ratio = its time / its LayerNorm time",

@@ -7,11 +7,12 @@ time a GPU is at hand, under 5 minutes on one GPU.
 2. A kernel table at the paper's shapes: torch F.layer_norm, torch F.rms_norm, the suite's Triton
    kernel and its RMSNorm / pRMSNorm modules, Liger's and apex's RMSNorm where installed, and x * 2
    (floor), forward and forward+backward, fp32 and bf16.
-3. A per-step table of the Transformer and RNNSearch at paper sizes (the paper's batch), per norm.
+3. A per-step table of the Transformer and RNNSearch at paper sizes (the paper's batch), per norm, in fp32
+   and under bf16 autocast (train.precision=bf16).
 
 Writes results/speed/gpu-<device>.md and .json. Each part reports its own failure and the rest
 still runs; the exit code is 1 when an exactness check fails. Every part runs on CPU as well
-(device="cpu", with TRITON_INTERPRET=1 for the Triton kernel): tests/test_speed_gpu.py.
+(device="cpu", with TRITON_INTERPRET=1 for the Triton kernel): tests/test_bench_speed.py.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ DTYPES = (torch.float32, torch.bfloat16)
 EXACT_DTYPES = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 3e-3}  # error / max |reference|
 STEP_TASKS = ("transformer", "rnnsearch")
 STEP_NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
+STEP_PRECISIONS = ("fp32", "bf16")  # train.precision; under bf16 autocast every norm computes in fp32
 DEADLINE_S = 270  # stop starting new parts after this (the whole check: under 5 minutes)
 
 
@@ -215,52 +217,30 @@ def kernel_table(device: str = "cuda", shapes=SHAPES, dtypes=DTYPES, rounds: int
 
 
 # 3. Per-step table -------------------------------------------------------------------------------------
-class _StepRun:
-    """One task x norm on the device: the model, Adam and the runner's timed step (runner.step.train_step)."""
-
-    def __init__(self, task: str, norm: str, device: str, batch_fraction: float, overrides: list[str]):
-        from ..runner.checkpoint import seed_everything
-        from ..runner.optim import build_optimizer
-        from ..runner.setup import normalization, task_class
-        from .steps import compose_config
-
-        self.cfg, self.batch = compose_config(task, norm, batch_fraction, [f"device={device}", *overrides])
-        seed_everything(int(self.cfg.seed))
-        cls = task_class(self.cfg)
-        self.norms = normalization(self.cfg, cls)
-        self.task = cls(self.cfg, self.norms, torch.device(device))
-        self.model = self.task.build_model().to(device)
-        self.model.train()
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = build_optimizer(self.params, self.cfg.optim)
-
-    def step(self, step: int) -> float:
-        from ..runner.step import train_step
-
-        batch = self.task.train_batch(step)
-        return train_step(self.task, self.model, self.optimizer, batch, self.params, self.cfg.optim.clip)[2]
-
-
 def step_table(device: str = "cuda", tasks=STEP_TASKS, norms=STEP_NORMS, steps: int = 5, batch_fraction: float = 1.0,
-               overrides: list[str] = (), log=print) -> list[dict]:
-    """Median ms per training step of each task x norm (after 2 warm-up steps), and the ratio to LayerNorm."""
+               overrides: list[str] = (), precisions=STEP_PRECISIONS, log=print) -> list[dict]:
+    """Median ms per training step of each precision x task x norm (after 2 warm-up steps), and the ratio to
+    LayerNorm at the same precision."""
+    from .steps import StepRun
+
     rows = []
-    for task in tasks:
-        med, info = {}, {}
-        for norm in norms:
-            run = _StepRun(task, norm, device, batch_fraction, list(overrides))
-            for s in range(2):
-                run.step(s)
-            med[norm] = statistics.median(run.step(2 + s) for s in range(steps))
-            info[norm] = {"batch": run.batch, "impl": run.norms.describe().get("impl_used", "-")}
-            del run
-            if device == "cuda":
-                torch.cuda.empty_cache()
-        for norm in norms:
-            ln = med.get("layernorm")
-            rows.append({"task": task, "norm": norm, "step_ms": med[norm], "vs_layernorm": med[norm] / ln if ln else None,
-                         **info[norm]})
-        log(f"  gpu step table: {task} done")
+    for precision in precisions:
+        for task in tasks:
+            med, info = {}, {}
+            for norm in norms:
+                run = StepRun(task, norm, batch_fraction, device, precision, overrides)
+                for s in range(2):
+                    run.step(s)
+                med[norm] = statistics.median(run.step(2 + s)[0] for s in range(steps))
+                info[norm] = {"batch": run.batch, "impl": run.norms.describe().get("impl_used", "-")}
+                del run
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+            for norm in norms:
+                ln = med.get("layernorm")
+                rows.append({"precision": precision, "task": task, "norm": norm, "step_ms": med[norm],
+                             "vs_layernorm": med[norm] / ln if ln else None, **info[norm]})
+            log(f"  gpu step table: {task} {precision} done")
     return rows
 
 
@@ -288,8 +268,8 @@ def markdown(exact: list[dict], checks: list[dict], kernels: list[dict], step_ro
                        f"{r['vs_layer_norm']:.2f}x | {trms} |")
     out += ["", "## 3. Per training step (paper sizes)", ""]
     if step_rows:
-        out += ["| task | norm | step ms (median) | vs LayerNorm | batch | impl |", "|---|---|---:|---:|---|---|"]
-        out += [f"| {r['task']} | {r['norm']} | {r['step_ms']:.1f} | {r['vs_layernorm']:.2f} | {', '.join(r['batch'])} | {r['impl']} |"
+        out += ["| precision | task | norm | step ms (median) | vs LayerNorm | batch | impl |", "|---|---|---|---:|---:|---|---|"]
+        out += [f"| {r['precision']} | {r['task']} | {r['norm']} | {r['step_ms']:.1f} | {r['vs_layernorm']:.2f} | {', '.join(r['batch'])} | {r['impl']} |"
                 for r in step_rows]
     if errors:
         out += ["", "## Parts that failed", ""] + [f"- {part}: {msg}" for part, msg in errors.items()]

@@ -90,6 +90,8 @@ def run(shapes=SHAPES, names: list[str] | None = None, rounds: int = 15, min_run
         dtype=torch.float32) -> list[dict]:
     """One row per (shape, mode, implementation): wall and CPU medians, GB/s, ratios.
 
+    x and dy are of `dtype`; gain and bias are float32 (for bfloat16 x: what autocast hands a norm).
+
     Each round times every implementation in a block right after a block of torch layer_norm
     (same mode), and the ratios are medians of these adjacent pairs: load that changes between
     rounds cancels out.
@@ -100,7 +102,7 @@ def run(shapes=SHAPES, names: list[str] | None = None, rounds: int = 15, min_run
     for n, d in shapes:
         g = torch.Generator().manual_seed(0)
         x = torch.randn(n, d, generator=g, dtype=dtype)
-        w, b = 1 + 0.1 * torch.randn(d, generator=g, dtype=dtype), 0.1 * torch.randn(d, generator=g, dtype=dtype)
+        w, b = 1 + 0.1 * torch.randn(d, generator=g), 0.1 * torch.randn(d, generator=g)
         dy = torch.randn(n, d, generator=g, dtype=dtype)
         impls = {k: v for k, v in implementations(d).items() if names is None or k in names or k == "torch layer_norm"}
         copy_dst = torch.empty_like(x)

@@ -42,14 +42,13 @@ def norm_time_ms(prof, device: str) -> tuple[float, dict[str, float]]:
 
 
 def profile_norm(task: str, norm: str, scale: str, device: str, steps: int, batch_fraction: float) -> dict:
-    from .gpu import _StepRun
+    from .steps import StepRun
 
-    overrides = [f"scale={scale}"]
-    run = _StepRun(task, norm, device, batch_fraction, overrides)
+    run = StepRun(task, norm, batch_fraction, device, overrides=[f"scale={scale}"])
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for s in range(2):  # warm-up: kernel build or load, first touch, Triton compilation
         run.step(s)
-    plain = [run.step(2 + s) for s in range(steps)]
+    plain = [run.step(2 + s)[0] for s in range(steps)]
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)

@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ..paths import configs_dir, paper_dir
+from ..runner import precision as precisions
 from ..runner.checkpoint import seed_everything
 from ..runner.optim import build_optimizer
 from ..runner.setup import normalization, resolve_device, task_class
@@ -54,7 +55,7 @@ def available_tasks() -> list[str]:
 
 def compose_config(task: str, norm: str, batch_fraction: float, extra: list[str] = ()):
     with initialize_config_dir(str(CONFIG_DIR), version_base=None):
-        cfg = compose("train", overrides=[f"task={task}", f"norm={norm}", "scale=paper", "device=cpu", *extra])
+        cfg = compose("train", overrides=[f"task={task}", f"norm={norm}", "scale=paper", *extra])
     shrunk = []
     for key in BATCH_KEYS:
         if cfg.train.get(key) is not None:
@@ -80,32 +81,35 @@ def paper_ratios(task: str) -> dict[str, dict[str, float]]:
     return out
 
 
-class _Run:
-    """One task x norm: model, optimizer and the runner's timed step."""
+class StepRun:
+    """One task x norm: model, optimizer and the runner's timed step (runner.step.train_step), at a
+    precision (train.precision's names: fp32, bf16, fp16) on a device."""
 
-    def __init__(self, task: str, norm: str, batch_fraction: float):
-        self.cfg, self.batch = compose_config(task, norm, batch_fraction)
+    def __init__(self, task: str, norm: str, batch_fraction: float, device: str = "cpu", precision: str = "fp32",
+                 overrides: list[str] = ()):
+        self.cfg, self.batch = compose_config(task, norm, batch_fraction, [f"device={device}", *overrides])
         seed_everything(int(self.cfg.seed))
         cls = task_class(self.cfg)
         self.norms = normalization(self.cfg, cls)
-        self.task = cls(self.cfg, self.norms, resolve_device("cpu"))
-        self.model = self.task.build_model()
+        device_ = resolve_device(device)
+        self.precision = precisions.build(precisions.check(precision, device_), device_)
+        self.task = cls(self.cfg, self.norms, device_)
+        self.model = self.task.build_model().to(device_)
         self.model.train()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, self.cfg.optim)
-        self.clip = self.cfg.optim.clip
 
     def step(self, step: int) -> tuple[float, float]:
         """(wall ms, CPU ms of this thread) of one training step."""
         batch = self.task.train_batch(step)
         cpu = time.thread_time()
-        _, _, wall_ms = train_step(self.task, self.model, self.optimizer, batch, self.params, self.clip,
-                                   self.cfg.optim.get("clip_mode") or "global")
+        _, _, wall_ms = train_step(self.task, self.model, self.optimizer, batch, self.params, self.cfg.optim.clip,
+                                   self.cfg.optim.get("clip_mode") or "global", precision=self.precision)
         return wall_ms, (time.thread_time() - cpu) * 1e3
 
 
 def run(tasks: list[str], norms: list[str] | None = None, rounds: int = 2, steps: int = 3,
-        batch_fraction: float = 0.1, log=print) -> list[dict]:
+        batch_fraction: float = 0.1, precision: str = "fp32", log=print) -> list[dict]:
     rows = []
     for task in tasks:
         supported = list(task_class(OmegaConf.create({"task": {"name": task}})).supported_norms)
@@ -115,7 +119,7 @@ def run(tasks: list[str], norms: list[str] | None = None, rounds: int = 2, steps
         info: dict[str, dict] = {}
         for r in range(rounds):
             for norm in chosen:
-                run_ = _Run(task, norm, batch_fraction)
+                run_ = StepRun(task, norm, batch_fraction, precision=precision)
                 run_.step(0)  # warm-up: first-touch allocation, kernel build or load
                 for s in range(1, steps + 1):
                     w, c = run_.step(s + r * steps)
@@ -139,7 +143,7 @@ def run(tasks: list[str], norms: list[str] | None = None, rounds: int = 2, steps
                 "vs_layernorm": ratio, "floor_vs_layernorm": floor,
                 "vs_layernorm_cpu": med_cpu[norm] / med_cpu["layernorm"] if "layernorm" in med_cpu else None,
                 "overhead_vs_layernorm_overhead": overhead,
-                "paper_vs_layernorm": {label: r.get(norm) for label, r in paper.items()},
+                "paper_vs_layernorm": {label: r.get(norm) for label, r in paper.items()}, "precision": precision,
                 **info[norm],
             })
     return rows
