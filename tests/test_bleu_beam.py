@@ -103,3 +103,29 @@ def test_beam_one_equals_greedy_on_a_transformer():
     assert beam_search(m, src, mask, beam=1, max_len=n) == greedy(m, src, mask, n)
     wide = beam_search(m, src, mask, beam=4, max_len=n)
     assert len(wide) == 6 and all(EOS not in h for h in wide)
+
+
+@pytest.mark.parametrize("kind", ["transformer", "rnnsearch"])
+def test_source_state_is_per_sentence_so_skipping_its_reorder_changes_nothing(kind, monkeypatch):
+    """Beam search leaves model.source_state (encoder output, masks) unreordered: each step reorders rows
+    within a sentence's K rows, and those tensors are the same in all K. Same hypotheses as reordering all."""
+    from rmsnorm_repro.tasks.translation.rnnsearch import RNNSearch
+
+    torch.manual_seed(0)
+    norms = build_normalization("rmsnorm")
+    if kind == "transformer":
+        cfg = OmegaConf.create(dict(encoder_layers=1, decoder_layers=2, d_model=16, ffn_dim=32, heads=2, dropout=0.0,
+                                    pre_norm=False, share_embeddings=True, init_center=0.0))
+        m = Transformer(cfg, 30, 0, norms).eval()
+        assert set(m.source_state) == {"src_mask", "ck0", "cv0", "ck1", "cv1"}
+    else:
+        cfg = dict(emb=8, hidden=12, dropout=0.0, tie_embeddings=False, init_std=0.5, init_center=0.0)
+        m = RNNSearch(cfg, 30, 0, norms).eval()
+    src = torch.randint(4, 30, (6, 7))
+    mask = torch.arange(7)[None] < torch.tensor([7, 3, 5, 7, 1, 4])[:, None]
+    state = m.encode(src, mask)
+    assert set(m.source_state) < set(state)  # names of real state tensors, and not all of them
+    fast = beam_search(m, src, mask, beam=5, max_len=20, length_penalty=0.6)
+    monkeypatch.setattr(m, "source_state", (), raising=False)
+    assert beam_search(m, src, mask, beam=5, max_len=20, length_penalty=0.6) == fast
+    assert len({tuple(h) for h in fast}) > 1

@@ -96,6 +96,8 @@ class RNNSearch(nn.Module):
     encode(src, src_mask) -> state dict (batch in dim 0), decode_step(state, prefix) -> (log_probs, state).
     """
 
+    source_state = ("ctx", "keys", "src_mask")  # the state's tensors fixed by the source (beam.py)
+
     def __init__(self, model_cfg: Mapping[str, Any], vocab_size: int, pad_id: int, norms: Normalization):
         super().__init__()
         cfg = _check_config(model_cfg)

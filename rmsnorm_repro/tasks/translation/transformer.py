@@ -8,6 +8,7 @@ Seq2seq protocol (shared with RNNSearch, used by beam.py):
     model(src, src_mask, tgt_in) -> logits [B, T, V]
     model.encode(src, src_mask) -> state dict (batch in dim 0): src_mask, cross-attention keys and
         values per layer ("ck{i}", "cv{i}") and an empty self-attention cache ("sk{i}", "sv{i}")
+    model.source_state: the state's tensors fixed by the source (src_mask, ck{i}, cv{i})
     model.decode_step(state, prefix) -> (log_probs [B, V] of the token after prefix, new state):
         runs only the last prefix token through the decoder, appending its keys/values to the cache.
 """
@@ -106,6 +107,7 @@ class Transformer(nn.Module):
         self.out = None if shared else norms.linear(d, vocab_size, bias=False)
         self.encoder = nn.ModuleList(Block(cfg, norms, decoder=False) for _ in range(cfg.encoder_layers))
         self.decoder = nn.ModuleList(Block(cfg, norms, decoder=True) for _ in range(cfg.decoder_layers))
+        self.source_state = ("src_mask", *(f"{kv}{i}" for i in range(cfg.decoder_layers) for kv in ("ck", "cv")))
         pre = bool(cfg.get("pre_norm", False))
         self.enc_final = norms.act(d) if pre else nn.Identity()
         self.dec_final = norms.act(d) if pre else nn.Identity()
