@@ -1,6 +1,6 @@
 """The speed benches that measure what users call: the module table (bench/module.py), the one-shot
 GPU check (bench/gpu.py, run here on CPU with the Triton kernel interpreted), the profile
-(bench/profile.py) and the bindings script (scripts/bench_binding.py)."""
+(bench/profile.py), the bindings script (scripts/bench_binding.py) and the beam script (scripts/bench_beam.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -221,3 +221,13 @@ def test_bf16_step_table_runs_the_step_under_autocast(tmp_path, monkeypatch):
     assert [(r["norm"], r["precision"]) for r in data["rows"]] == [("layernorm", "bf16"), ("rmsnorm", "bf16")]
     assert dtypes and set(dtypes) == {torch.bfloat16}
     assert "CPU bf16 (autocast: norms compute in float32)" in (tmp_path / "steps-cpu-bf16-tuned.md").read_text()
+
+
+# The beam script ---------------------------------------------------------------------------------------
+def test_beam_script_times_both_ways_and_checks_they_agree():
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_beam.py"), "--sentences", "2", "--rounds", "1",
+                          "--beam", "2"], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for row in ("| transformer | left in place |", "| transformer | reordered every step |", "| rnnsearch | left in place |"):
+        assert row in out.stdout
