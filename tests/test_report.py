@@ -238,6 +238,9 @@ def test_demo_report_states_each_claim_with_numbers(tmp_path: Path):
         claims["Fig. 1: normalized RNNSearch converges in fewer steps than the Baseline"]
     noise = claims["rnnsearch: RMSNorm's test BLEU is within seed noise of LayerNorm's"]
     assert "**holds**" in noise and "\\|difference\\| 0.00 vs 2 standard errors 2.00" in noise
+    noise = claims["rnnsearch: pRMSNorm's test BLEU is within seed noise of LayerNorm's"]
+    assert "**holds** | LayerNorm 21.00 ± 1.41 (n=2), pRMSNorm p=0.0625 20.50 ± 0.00 (n=2)" in noise
+    assert "\\|difference\\| 0.50 vs 2 standard errors 2.00" in noise
     assert "**holds** | all 2 Baseline runs diverged" in claims["Table 4: the Transformer without normalization fails to train"]
     assert "25.7%" in claims["rnnsearch: rmsnorm is faster per step than LayerNorm"]
     assert "**holds** | none: M -3.00, S 3.00" in next(v for k, v in claims.items() if k.startswith("Table 5"))

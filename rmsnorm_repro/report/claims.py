@@ -96,33 +96,34 @@ def convergence_claim(groups: list[Group]) -> Claim:
 
 
 def within_noise_claims(groups: list[Group]) -> list[Claim]:
-    """RMSNorm's quality is within seed noise of LayerNorm's, per task.
+    """RMSNorm's and pRMSNorm's quality are each within seed noise of LayerNorm's, per task.
 
-    Within noise: |mean_RMS - mean_LN| <= 2 * sqrt(s_RMS^2 / n_RMS + s_LN^2 / n_LN) (two standard
-    errors of the difference); needs at least 2 completed seeds of each.
+    Within noise: |mean_X - mean_LN| <= 2 * sqrt(s_X^2 / n_X + s_LN^2 / n_LN) (two standard errors of
+    the difference); needs at least 2 completed seeds of each.
     """
     claims = []
     for task in TASK_ORDER:
         norms = _by_norm(groups, task)
         names, _, shown = QUALITY[task]
-        claim = f"{task}: RMSNorm's {shown} is within seed noise of LayerNorm's"
-        if "layernorm" not in norms or "rmsnorm" not in norms:
-            claims.append(Claim(claim, UNSURE, f"needs {task} runs of layernorm and rmsnorm"))
-            continue
-        ln, rms = norms["layernorm"], norms["rmsnorm"]
-        metric = next((m for m in names if ln.stat(m) is not None and rms.stat(m) is not None), None)
-        if metric is None:
-            claims.append(Claim(claim, UNSURE, f"no completed runs with {' or '.join(names)} for both"))
-            continue
-        a, b = ln.stat(metric), rms.stat(metric)
-        numbers = f"LayerNorm {_fmt(a)}, RMSNorm {_fmt(b)} (`{metric}`)"
-        if a.n < 2 or b.n < 2:
-            claims.append(Claim(claim, UNSURE, numbers + "; needs 2+ seeds of each for a noise estimate"))
-            continue
-        bound = 2 * math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
-        diff = abs(a.mean - b.mean)
-        claims.append(Claim(claim, HOLDS if diff <= bound else FAILS,
-                            f"{numbers}; |difference| {diff:.2f} vs 2 standard errors {bound:.2f}"))
+        for norm, name in (("rmsnorm", "RMSNorm"), ("prmsnorm", "pRMSNorm")):
+            claim = f"{task}: {name}'s {shown} is within seed noise of LayerNorm's"
+            if "layernorm" not in norms or norm not in norms:
+                claims.append(Claim(claim, UNSURE, f"needs {task} runs of layernorm and {norm}"))
+                continue
+            ln, other = norms["layernorm"], norms[norm]
+            metric = next((m for m in names if ln.stat(m) is not None and other.stat(m) is not None), None)
+            if metric is None:
+                claims.append(Claim(claim, UNSURE, f"no completed runs with {' or '.join(names)} for both"))
+                continue
+            a, b = ln.stat(metric), other.stat(metric)
+            numbers = f"LayerNorm {_fmt(a)}, {other.label.replace(norm, name, 1)} {_fmt(b)} (`{metric}`)"
+            if a.n < 2 or b.n < 2:
+                claims.append(Claim(claim, UNSURE, numbers + "; needs 2+ seeds of each for a noise estimate"))
+                continue
+            bound = 2 * math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
+            diff = abs(a.mean - b.mean)
+            claims.append(Claim(claim, HOLDS if diff <= bound else FAILS,
+                                f"{numbers}; |difference| {diff:.2f} vs 2 standard errors {bound:.2f}"))
     return claims
 
 
