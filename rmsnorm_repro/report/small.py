@@ -25,7 +25,8 @@ from pathlib import Path
 
 from . import figures as figs
 from .aggregate import Group, Run, describe_env, group_runs
-from .claims import FAILS, HOLDS, LEARNED_BLEU, UNSURE, Claim, _by_norm, _fmt, convergence_claim, speed_claims
+from .claims import (FAILS, HOLDS, LEARNED_BLEU, UNSURE, Claim, _by_norm, _fmt, convergence_claim, speed_claims,
+                     transformer_baseline_claim)
 from .demo import ROOT, finished_at, load_timings, run_logged, runs_of, save_timings, timings_table
 from ..atomic import atomic_write_text
 from .tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
@@ -167,28 +168,6 @@ def match_claim(task: str, groups: list[Group], norm: str, against: str, claim: 
                  f"estimate; SEEDS=1,2 gives one)")
 
 
-def baseline_claim(groups: list[Group]) -> Claim:
-    """Table 4: the Transformer without normalization fails to train: every run diverged, or its BLEU is
-    below half of LayerNorm's (as claims.transformer_baseline_claim, on the BLEU this data has)."""
-    claim = "Table 4: the Transformer without normalization fails to train"
-    norms = _by_norm(groups, "transformer")
-    base, ln = norms.get("none"), norms.get("layernorm")
-    if base is None:
-        return Claim(claim, UNSURE, "no transformer runs with norm=none")
-    if base.fails_to_train:
-        return Claim(claim, HOLDS, f"all {len(base.runs)} Baseline runs diverged")
-    metric = _primary(base, ln) if ln is not None else None
-    if metric is None:
-        return Claim(claim, UNSURE, f"Baseline runs: {base.status_note()}; no BLEU to compare with LayerNorm")
-    b, l = base.stat(metric), ln.stat(metric)
-    if l.mean < LEARNED_BLEU:
-        return Claim(claim, UNSURE, f"LayerNorm's BLEU {_fmt(l)} (`{metric}`) is below {LEARNED_BLEU:g}: it learned "
-                                    "nothing to measure the Baseline against")
-    return Claim(claim, HOLDS if b.mean < 0.5 * l.mean else FAILS,
-                 f"Baseline {base.status_note()} runs, BLEU {_fmt(b)} vs LayerNorm {_fmt(l)} (`{metric}`; fails: "
-                 "all diverged or below half of LayerNorm's)")
-
-
 def small_claims(runs: list[Run]) -> list[Claim]:
     groups = group_runs(runs)
     claims = []
@@ -196,7 +175,7 @@ def small_claims(runs: list[Run]) -> list[Claim]:
         claims.append(match_claim(task, groups, "rmsnorm", "layernorm", f"{name}: RMSNorm's BLEU matches LayerNorm's"))
         claims.append(match_claim(task, groups, "prmsnorm", "layernorm",
                                   f"{name}: pRMSNorm (p = 6.25%) holds up: its BLEU matches LayerNorm's"))
-    claims.append(baseline_claim(groups))
+    claims.append(transformer_baseline_claim(groups, PRIMARY))
     claims.append(convergence_claim(groups))
     claims += [c for c in speed_claims(groups) if c.claim.startswith(TASKS)]
     return claims
