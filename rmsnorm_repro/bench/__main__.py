@@ -4,8 +4,9 @@
        python -m rmsnorm_repro.bench --profile task=<task> [scale=mini|paper]
 
 Writes results/speed/{kernels,steps}-<device>[-bf16]-<allocator>.{json,md} (device: cpu, or cpu-<N>threads
-with --threads N > 1; -bf16: --precision bf16, autocast's mix: bf16 activations, float32 gains and weights) and module-<device>.{json,md} (--module: the modules as users call them, glibc's
-allocator as it comes and then tuned, compiled rows and a GRU step; bench/module.py). Without
+with --threads N > 1; -bf16: --precision bf16, autocast's mix: bf16 activations, float32 gains and
+weights) and module-<device>.{json,md} (--module: the modules as users call them, glibc's allocator as
+it comes and then tuned, compiled rows and a GRU step; bench/module.py). Without
 --kernels/--steps/--module it runs the kernel and step tables.
 
 Allocator: PyTorch's CPU allocator calls malloc directly, and glibc hands out large blocks as
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int | None:
                          args.batch_fraction, args.precision)
         notes = [f"paper model sizes (scale=paper), batch = {args.batch_fraction} x the paper's (see the batch column), "
                  f"CPU {args.precision}" + (" (autocast: norms compute in float32)" if args.precision == "bf16" else "")
-                 + ", synthetic data; median of {args.step_rounds} x {args.step_count} steps per norm, "
+                 + f", synthetic data; median of {args.step_rounds} x {args.step_count} steps per norm, "
                  "norms in turn; a step = zero_grad + loss + backward + clip + Adam",
                  "overhead / LN's = (T_norm - T_none) / (T_layernorm - T_none), '-' where LayerNorm's overhead is under "
                  "2% of the no-norm step (within noise); paper ratio = its time / its LayerNorm time",
