@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml setup.py
 test: install
 	$(PY) -m pytest
 
-# The offline mini reproduction of every table and figure: results/mini/REPORT.md (~20 min, 2 cores).
+# The offline mini reproduction of every table and figure: results/mini/REPORT.md (~15 min, 2 cores).
 # Refreshes the committed report and figures under results/mini/.
 demo: install
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.report.demo --out results/mini

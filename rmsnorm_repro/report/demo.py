@@ -38,7 +38,7 @@ class Sweep:
     overrides: tuple[str, ...]   # narrows the preset to the demo's budget
 
 
-# 35 runs, about 32 CPU-minutes, 18-20 minutes on 2 shared cores (CPU seconds per mini run, measured:
+# 35 runs, about 22 CPU-minutes, 14 minutes on 2 cores (AMD EPYC; CPU seconds per mini run, measured earlier:
 # rnnsearch ~100, transformer ~45, convpool ~30, reader ~23, retrieval ~20). Two seeds where the claims
 # need a noise estimate (RNNSearch, Transformer), one elsewhere; Figure 3 (RNNSearch, the costliest
 # task) at two values of p. Table 2's L2-Norm and WeightNorm rows stay "not run" here (make table2
