@@ -4,7 +4,8 @@ A leaf module (torch and math only): the fused paths fall back to these function
 `functional` wraps them, so neither needs the other. The functions take already checked arguments:
 modules check p and eps and compute k once when they are built (`check_norm_args`, `partial_k`).
 Low-precision activations (bfloat16/float16, e.g. under autocast) are normalized in float32, statistics
-and affine part, and the result comes back in the activation's dtype; float32 and float64 run as they are.
+and affine part, and the result comes back in the activation's dtype; float32 and float64 run as they are
+(with torch's type promotion against the parameters).
 """
 from __future__ import annotations
 
@@ -40,13 +41,17 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
 def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float, eps_inside: bool) -> Tensor:
     """RMSNorm (k = dim) or pRMSNorm (k < dim): x / RMS(x[..., :k]) * g (+ b), op by op.
 
     eps_inside=False divides by (RMS + eps) like the authors' PyTorch file; eps_inside=True
     multiplies by rsqrt(mean(x^2) + eps) like their TensorFlow file and torch.nn.RMSNorm.
     """
-    out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))
+    low, out_dtype = x.dtype in LOW_PRECISION, x.dtype
+    x = x.float() if low else x
     head = x if k == x.shape[-1] else x[..., :k]
     mean_square = head.pow(2).mean(-1, keepdim=True)
     if eps_inside:
@@ -60,7 +65,7 @@ def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps:
         y = y * weight
     if bias is not None:
         y = y + bias
-    return y.to(out_dtype)
+    return y.to(out_dtype) if low else y
 
 
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
@@ -71,10 +76,11 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None = None, eps
 
 def l2_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None = None, eps: float = 1e-8) -> Tensor:
     """The paper's L2-Norm baseline: x / (||x||_2 + eps) * g (+ b). RMSNorm without the sqrt(n)."""
-    out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))
+    low, out_dtype = x.dtype in LOW_PRECISION, x.dtype
+    x = x.float() if low else x
     y = x / (torch.linalg.vector_norm(x, dim=-1, keepdim=True) + eps)
     if weight is not None:
         y = y * weight
     if bias is not None:
         y = y + bias
-    return y.to(out_dtype)
+    return y.to(out_dtype) if low else y
