@@ -78,3 +78,19 @@ def test_fp16_trains_on_cuda_and_checkpoints_its_scaler(tmp_path, tiny_cfg):
     summary = run(tiny_cfg("train.precision=fp16", "device=cuda"), tmp_path / "r")
     assert summary["status"] == "completed" and summary["env"]["precision"] == "fp16"
     assert "scaler" in checkpoint.load(tmp_path / "r" / "checkpoints" / "last.pt")
+
+
+def test_bf16_on_a_cpu_without_bf16_matmul_hardware_warns_in_one_line(monkeypatch, caplog):
+    from rmsnorm_repro.runner import precision
+
+    monkeypatch.setattr(precision, "cpu_bf16_matmul", lambda: None)
+    with caplog.at_level("WARNING", logger=precision.__name__):
+        assert precision.check("bf16", torch.device("cpu")) == "bf16"
+    (record,) = caplog.records
+    assert "neither AMX nor AVX512-BF16" in record.getMessage() and "train.precision=fp32" in record.getMessage()
+    caplog.clear()
+    monkeypatch.setattr(precision, "cpu_bf16_matmul", lambda: "amx")
+    with caplog.at_level("WARNING", logger=precision.__name__):
+        precision.check("bf16", torch.device("cpu"))
+        precision.check("fp32", torch.device("cpu"))
+    assert not caplog.records

@@ -29,6 +29,7 @@ from .claims import (FAILS, HOLDS, LEARNED_BLEU, UNSURE, Claim, _by_norm, _fmt, 
                      transformer_baseline_claim)
 from .demo import ROOT, finished_at, load_timings, run_logged, runs_of, save_timings, timings_table
 from ..atomic import atomic_write_text
+from ..runner import precision
 from .tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
 
 TASKS = ("rnnsearch", "transformer")
@@ -257,12 +258,8 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
 
 
 def default_precision() -> str:
-    """bf16 where the CPU has AMX (fast bf16 matrix products: lscpu's amx_bf16), else fp32."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return "bf16" if "amx_bf16" in f.read() else "fp32"
-    except OSError:
-        return "fp32"
+    """bf16 where the CPU has AMX (fast bf16 matrix products), else fp32."""
+    return "bf16" if precision.cpu_bf16_matmul() == "amx" else "fp32"
 
 
 def main(argv: list[str] | None = None) -> int:

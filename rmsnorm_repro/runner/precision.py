@@ -7,12 +7,15 @@ Lightning's names (32, bf16-mixed, 16-mixed) are accepted too.
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from typing import Any, ContextManager
 
 import torch
 
 from .config import ConfigError
+
+log = logging.getLogger(__name__)
 
 NAMES = {"fp32": "fp32", "32": "fp32", "32-true": "fp32", "bf16": "bf16", "bf16-mixed": "bf16",
          "fp16": "fp16", "16": "fp16", "16-mixed": "fp16"}
@@ -30,6 +33,17 @@ class Precision:
         return torch.autocast(self.device_type, dtype=dtype) if dtype else contextlib.nullcontext()
 
 
+def cpu_bf16_matmul() -> str | None:
+    """How this CPU multiplies bf16 matrices in hardware: "amx" (fast), "avx512_bf16", or None, where torch
+    falls back to a slow path (on an AVX2 AMD EPYC a 1024x512 @ 512x2048 product took 115x fp32's time)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = f.read()
+    except OSError:
+        return "unknown"
+    return "amx" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else None
+
+
 def check(name: Any, device: torch.device) -> str:
     """The canonical precision name for `name` on `device`, or ConfigError in one line."""
     canonical = NAMES.get(str(name))
@@ -38,6 +52,9 @@ def check(name: Any, device: torch.device) -> str:
     if canonical == "fp16" and device.type != "cuda":
         raise ConfigError("train.precision=fp16 needs a CUDA device (CPU autocast is bf16): use train.precision=bf16 "
                           "or fp32 here")
+    if canonical == "bf16" and device.type == "cpu" and cpu_bf16_matmul() is None:
+        log.warning("train.precision=bf16: this CPU has neither AMX nor AVX512-BF16, so its bf16 matrix products "
+                    "run on a slow fallback (~100x fp32 here); train.precision=fp32 is far faster on it")
     if canonical == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("train.precision=bf16: this GPU has no bf16; use train.precision=fp16 or fp32")
     return canonical
