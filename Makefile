@@ -31,7 +31,7 @@ demo: install
 # DATA_ROOT: a raw Multi30k folder (train/val[/test_*].en/.de[.gz]); when it does not exist, the hub copy
 # (`make data-multi30k` once). SMALL_JOBS=2: two runs at a time, one thread each (8 runs a seed: ~80 min
 # on 2 cores); SMALL_JOBS=1: one at a time with all cores. PRECISION: bf16 where the CPU has AMX
-# (amx_bf16: fast bf16 matrix products), fp32 elsewhere (bf16 without AMX is no faster).
+# (amx_bf16: fast bf16 matrix products), fp32 elsewhere (bf16 without AMX or AVX512-BF16: ~100x slower matmuls).
 DATA_ROOT ?= data/multi30k
 SMALL_JOBS ?= 2
 PRECISION ?= $(shell lscpu 2>/dev/null | grep -q amx_bf16 && echo bf16 || echo fp32)
