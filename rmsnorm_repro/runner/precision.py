@@ -34,8 +34,9 @@ class Precision:
 
 
 def cpu_bf16_matmul() -> str | None:
-    """How this CPU multiplies bf16 matrices in hardware: "amx" (fast), "avx512_bf16", or None, where torch
-    falls back to a slow path (on an AVX2 AMD EPYC a 1024x512 @ 512x2048 product took 115x fp32's time)."""
+    """How this CPU multiplies bf16 matrices in hardware: "amx" (fast), "avx512_bf16", None, where torch
+    falls back to a slow path (on an AVX2 AMD EPYC a 1024x512 @ 512x2048 product took 115x fp32's time), or
+    "unknown" without /proc/cpuinfo."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             flags = f.read()
