@@ -1,5 +1,6 @@
-"""train.precision: bf16 autocast trains on CPU, fp16 (CUDA only) is refused here in one line, and the
-choice is recorded in summary.json."""
+"""train.precision: bf16 autocast trains every task on CPU (its norms return their input's dtype), fp16 (CUDA
+only) is refused here in one line, bf16 on a CPU without bf16 matrix hardware warns, and the choice is
+recorded in summary.json."""
 from __future__ import annotations
 
 import math
@@ -36,8 +37,8 @@ def test_bf16_autocast_really_runs_the_matmuls_in_bf16(tmp_path, monkeypatch, ti
 
 @pytest.mark.parametrize("task", sorted(TINY))
 def test_every_paper_task_takes_bf16_steps_with_its_norm_in_bf16(task, tmp_path, compose, monkeypatch):
-    """Two bf16 steps and the evaluations of each task, with RMSNorm: the norm sees bf16 activations (autocast
-    reached it) and returns them; the run completes with finite metrics."""
+    """Two bf16 steps and the evaluations of each task, with RMSNorm: the norm returns its input's dtype, bf16
+    where autocast reached it; the run completes with finite metrics."""
     from rmsnorm_repro.norms import RMSNorm
     from rmsnorm_repro.norms.base import ChannelNorm
 
