@@ -4,7 +4,8 @@ Fixtures (as lightning-hydra-template's tests/conftest.py):
 - `compose(overrides, hydra_node=False)`: hydra.compose on configs/ as `python -m rmsnorm_repro.train`
   composes it, with tests/runner_fixtures/configs on the search path (the tiny task), Hydra's global
   state cleared first;
-- `tiny_cfg(*overrides)`: the tiny task's config writing under this test's own tmp_path.
+- `tiny_cfg(*overrides)`: the tiny task's config writing under this test's own tmp_path;
+- `ext`: the fused CPU kernel's extension (the test is skipped where it cannot be built).
 Per-task tiny sizes of the real tasks live in tests/tiny_sizes.py.
 """
 import os
@@ -43,3 +44,13 @@ def tiny_cfg(tmp_path, compose):
     def make(*overrides: str):
         return compose(["task=tiny", f"paths.runs_dir={tmp_path}", *overrides])
     return make
+
+
+@pytest.fixture(scope="session")
+def ext():
+    from rmsnorm_repro.norms.fused import cpu
+
+    module = cpu.load()
+    if module is None:
+        pytest.skip("fused CPU kernel could not be built here (no C++ compiler or ninja; see the warning)")
+    return module

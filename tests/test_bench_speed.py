@@ -16,17 +16,8 @@ import torch
 
 from rmsnorm_repro.bench import module
 from rmsnorm_repro.norms import formulas
-from rmsnorm_repro.norms.fused import cpu
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def ext():
-    ext = cpu.load()
-    if ext is None:
-        pytest.skip("fused CPU kernel could not be built here")
-    return ext
 
 
 # Module table -------------------------------------------------------------------------------------------

@@ -20,14 +20,6 @@ from rmsnorm_repro.norms.fused import cpu
 DT = torch.float64
 
 
-@pytest.fixture(scope="module")
-def ext():
-    module = cpu.load()
-    if module is None:
-        pytest.skip("fused CPU kernel could not be built here (no C++ compiler or ninja; see the warning)")
-    return module
-
-
 def make(shape, bias, weight=True, seed=0, dtype=DT):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(*shape, generator=g, dtype=dtype)

@@ -173,6 +173,14 @@ def verdict(ok: bool) -> str:
     return "holds" if ok else "does not hold"
 
 
+def floor_clause(ratio: float, floor: float, target: float, below_why: str) -> str:
+    """What the x * 2 floor says about a ratio to layer_norm: where it is, and whether the target is in reach."""
+    clause = f"; the floor x * 2 is at {floor:.2f}x"
+    if ratio < floor:
+        return clause + f" and RMSNorm below it: {below_why}"
+    return clause + (", so no norm reaches the target here" if floor > target else "")
+
+
 def target_lines(rows: list[dict]) -> list[str]:
     """One line per target: the measured ratio, whether it holds, and the floor beside it."""
     fb = {(r["shape"], r["impl"]): r for r in rows if r["mode"] == "fwd+bwd"}
@@ -184,12 +192,8 @@ def target_lines(rows: list[dict]) -> list[str]:
         ln, trms = fused["vs_layer_norm"], fused["vs_torch_rms_norm"]
         line = f"{shape}: suite RMSNorm {ln:.2f}x torch layer_norm (target <= {target}x: {verdict(ln <= target)}"
         if floor is not None:
-            line += f"; the floor x * 2 is at {floor['vs_layer_norm']:.2f}x"
-            if ln < floor["vs_layer_norm"]:
-                line += (" and RMSNorm below it: the floor holds only within this run's noise (load, and which "
-                         "call pays page faults for fresh outputs)")
-            elif floor["vs_layer_norm"] > target:
-                line += ", so no norm reaches the target here"
+            line += floor_clause(ln, floor["vs_layer_norm"], target, "the floor holds only within this run's noise "
+                                 "(load, and which call pays page faults for fresh outputs)")
         line += f"); {trms:.2f}x torch rms_norm (target <= {RMS_NORM_TARGET}x: {verdict(trms <= RMS_NORM_TARGET)})"
         if partial:
             line += f"; pRMSNorm {partial['vs_layer_norm']:.2f}x (target <= RMSNorm's: {verdict(partial['vs_layer_norm'] <= ln)})"

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from .. import allocator
 from ..norms import LayerNorm, RMSNorm
 from ..norms.fused import cpu
-from .kernels import _calibrate, block_ms, verdict
+from .kernels import _calibrate, block_ms, floor_clause, verdict
 
 SHAPES = ((80, 2048), (4096, 512), (8192, 1024))
 BASELINE = "torch F.layer_norm (weight, bias)"
@@ -232,12 +232,8 @@ def target_lines(rows: list[dict]) -> list[str]:
                 f"{verdict(ratio <= target)}{_noise(r, target)}")
         floor = by.get((shape, alloc, FLOOR))
         if floor is not None:
-            line += f"; the floor x * 2 is at {floor['ratio_of_medians']:.2f}x"
-            if ratio < floor["ratio_of_medians"]:
-                line += (" and RMSNorm below it: with this allocator, which call pays page faults for its fresh "
-                         "outputs depends on glibc's trim heuristics, not on the kernels")
-            elif floor["ratio_of_medians"] > target:
-                line += ", so no norm reaches the target here"
+            line += floor_clause(ratio, floor["ratio_of_medians"], target, "with this allocator, which call pays "
+                                 "page faults for its fresh outputs depends on glibc's trim heuristics, not on the kernels")
         direct = by.get((shape, alloc, "fused kernel, called directly"))
         if direct is not None:
             line += f"; the kernel called directly {direct['ratio_of_medians']:.2f}x"

@@ -32,6 +32,15 @@ class Claim:
     numbers: str
 
 
+def markdown(claims: list[Claim], scope: str) -> list[str]:
+    """The claims as a Markdown table: claim | verdict (column heading `scope`) | numbers."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")  # a literal | would end the Markdown cell
+
+    return [f"| claim | {scope} | numbers |", "|---|---|---|",
+            *(f"| {cell(c.claim)} | **{c.verdict}** | {cell(c.numbers)} |" for c in claims)]
+
+
 def _by_norm(groups: list[Group], task: str) -> dict[str, Group]:
     """The first group of each norm of a task (the paper's default p comes first for pRMSNorm)."""
     out: dict[str, Group] = {}

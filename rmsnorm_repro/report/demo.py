@@ -24,7 +24,7 @@ from ..paths import repo_dir
 from . import figures as figs
 from . import table1
 from .aggregate import Run, describe_env, load_runs
-from .claims import all_claims
+from .claims import all_claims, markdown as claims_markdown
 from ..atomic import atomic_write_text
 from .tables import PAGES, render_page
 
@@ -135,18 +135,14 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              "per step. Step times on a shared 2-core CPU are noisy, and tiny layers make the norm a small share of "
              "a step; the intervals cover step-to-step noise within runs, not what differed between runs that ran at "
              "different times (two jobs share the machine), so a speed verdict here is a lead to check side by side "
-             "with `python -m rmsnorm_repro.bench --steps` (one process, norms in turn). pRMSNorm's 6.25% of a mini layer is as few as 4 features (d = 64; the paper's layers give it "
-             "32 to 64), so its statistic is much noisier here than in the paper. Reproduce a table at the paper's "
+             "with `python -m rmsnorm_repro.bench --steps` (one process, norms in turn). pRMSNorm's 6.25% of a "
+             "mini layer is as few as 4 features (d = 64; the paper's layers give it 32 to 64), so its statistic is much noisier here than in the paper. Reproduce a table at the paper's "
              "scale with `make table4 SCALE=paper` (see README)."]
     lines += timings_table(timings)
 
-    lines += ["", "## The paper's claims at mini scale", "", "| claim | at mini scale | numbers |", "|---|---|---|"]
     claims = all_claims([r for name in ("rnnsearch", "transformer", "reader", "retrieval", "convpool") for r in runs[name]],
                         runs["rnnsearch-fig3"], runs["rnnsearch-fig4"])
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|")  # a literal | would end the Markdown cell
-
-    lines += [f"| {cell(c.claim)} | **{c.verdict}** | {cell(c.numbers)} |" for c in claims]
+    lines += ["", "## The paper's claims at mini scale", "", *claims_markdown(claims, "at mini scale")]
 
     text, _ = table1.render(table1.compute(), table1.read_paper(), seed=0)
     lines += ["", text.replace("# Table 1", "## Table 1", 1).rstrip()]

@@ -27,6 +27,7 @@ from . import figures as figs
 from .aggregate import Group, Run, describe_env, group_runs
 from .claims import (FAILS, HOLDS, LEARNED_BLEU, UNSURE, Claim, _by_norm, _fmt, convergence_claim, speed_claims,
                      transformer_baseline_claim)
+from .claims import markdown as claims_markdown
 from .demo import ROOT, finished_at, load_timings, run_logged, runs_of, save_timings, timings_table
 from ..atomic import atomic_write_text
 from ..runner import precision
@@ -225,9 +226,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              "are noisy."]
     lines += timings_table(timings)
 
-    lines += ["", "## The paper's translation claims on Multi30k", "", "| claim | on Multi30k | numbers |", "|---|---|---|"]
-    cell = lambda text: text.replace("|", "\\|")  # noqa: E731  (a literal | would end the Markdown cell)
-    lines += [f"| {cell(c.claim)} | **{c.verdict}** | {cell(c.numbers)} |" for c in small_claims(everything)]
+    lines += ["", "## The paper's translation claims on Multi30k", "", *claims_markdown(small_claims(everything), "on Multi30k")]
     lines += ["", f"BLEU: sacreBLEU, detokenized, case-sensitive ({_signatures(everything)}), beam search with "
               "`task.decode.beam` on whole splits; the eval-step curves are greedy on the first "
               "`task.decode.valid_sentences` valid sentences."]
