@@ -131,9 +131,10 @@ class NormGRUCell(nn.Module):
         s_gates, s_cand = s.split([2 * self.hidden_size, self.hidden_size], dim=-1)
         r, z = torch.sigmoid(a_gates + self.norm_state_gates(s_gates)).chunk(2, dim=-1)
         n = torch.tanh(torch.addcmul(a_cand, r, self.norm_state_cand(s_cand)))
-        # Under autocast n and z are bf16 beside a float32 h0: the state keeps the wider dtype (lerp takes one)
-        dtype = torch.promote_types(n.dtype, h.dtype)
-        return torch.lerp(n.to(dtype), h.to(dtype), z.to(dtype))  # z * h + (1 - z) * n in one op
+        if n.dtype is not h.dtype:  # autocast: bf16 n and z beside a float32 h0; the state keeps the wider dtype
+            dtype = torch.promote_types(n.dtype, h.dtype)
+            n, h, z = n.to(dtype), h.to(dtype), z.to(dtype)
+        return torch.lerp(n, h, z)  # z * h + (1 - z) * n in one op
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}" + (", bias_on='state'" if self.bias_on == "state" else "")

@@ -123,7 +123,7 @@ class ChannelNorm(nn.Module):
         y = self.row_norm(rows).reshape(n, c, h, w) * self.weight.view(1, c, 1, 1)
         if self.bias is not None:
             y = y + self.bias.view(1, c, 1, 1)
-        return y.to(x.dtype)  # float32 gain beside bfloat16 x (autocast): back to the activation's dtype
+        return y if y.dtype is x.dtype else y.to(x.dtype)  # float32 gain beside bf16 x (autocast): x's dtype
 
     def extra_repr(self) -> str:
         return f"{self.weight.numel()}, axes={self.axes!r}, bias={self.bias is not None}"

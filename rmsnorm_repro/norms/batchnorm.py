@@ -30,7 +30,7 @@ class StepBatchNorm(nn.Module):
 
     def forward(self, x: Tensor, t: int = 0) -> Tensor:
         y = self.stats[min(t, len(self.stats) - 1)](x) * self.weight + self.bias
-        return y.to(x.dtype)  # float32 gain beside bfloat16 x (autocast): back to the activation's dtype
+        return y if y.dtype is x.dtype else y.to(x.dtype)  # float32 gain beside bf16 x (autocast): x's dtype
 
     def forward_sequence(self, x: Tensor) -> Tensor:
         """Normalize a (T, B, D) sequence, step t with the statistics of step t."""
