@@ -9,16 +9,17 @@ wheel ships them as package data (pyproject.toml maps the packages rmsnorm_repro
 rmsnorm_repro.paper to those folders). Every reader of those folders asks here, so `rmsnorm-train`
 and `rmsnorm-report` work from any directory after a plain `pip install`.
 
-Importing this module also registers the resolvers of the Hydra-side configs: `run_suffix`, which
-names a single run's directory (configs/train.yaml, hydra.run.dir), and `options_of`, which lists a
-group's options in --help (configs/hydra/help/rmsnorm.yaml): whoever finds the configs can resolve them.
+Importing this module also registers the resolvers of the Hydra-side configs: `run_suffix` and
+`job_dirname`, which name a single run's and a sweep job's directory, and `name_excluded`, the keys
+left out of those names (all three from rmsnorm_repro/record.py, used by configs/train.yaml), and
+`options_of`, which lists a group's options in --help (configs/hydra/help/rmsnorm.yaml): whoever
+finds the configs can resolve them.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -52,38 +53,6 @@ def paper_dir() -> Path:
     return _shipped("paper", ("results", "paper"))
 
 
-# The single-run directory name ------------------------------------------------------------------
-# Already in the name (<norm>-p<p>-s<seed>), so never repeated in its suffix.
-IN_RUN_NAME = ("norm", "norm.p", "seed")
-MAX_NAME = 200  # bytes; file systems allow 255 per path component
-
-
-def run_suffix(overrides: Iterable[str] | None, exclude_keys: Iterable[str] | None) -> str:
-    """",optim.lr=0.0001,task.model.dim=64" for a single run's command-line overrides, "" for none.
-
-    The same overrides a sweep names its job directories after (hydra.job.override_dirname:
-    sorted, minus exclude_keys), minus the norm, p and seed the name already has and any
-    secret-looking key (an API key never becomes a directory name). A '/' in a value (a path)
-    becomes '_'; a suffix too long for one path component is cut and ends in a hash of the whole.
-    """
-    from .runner.config import is_secret_key  # lazy: resolved only when a run directory is named
-
-    excluded = {*(exclude_keys or ()), *IN_RUN_NAME}
-    kept = []
-    for line in overrides or ():
-        key = str(line).split("=", 1)[0].lstrip("+~")
-        if key in excluded or is_secret_key(key):
-            continue
-        kept.append(str(line))
-    if not kept:
-        return ""
-    suffix = "," + ",".join(sorted(kept)).replace("/", "_")
-    if len(suffix.encode()) > MAX_NAME:
-        digest = hashlib.sha1(suffix.encode()).hexdigest()[:10]
-        suffix = suffix.encode()[: MAX_NAME - 12].decode(errors="ignore") + f"-{digest}"
-    return re.sub(r"\s", "_", suffix)
-
-
 def options_of(group: str) -> str:
     """The options of a config group, "a, b, c" (natural order: table2 before table10), for --help."""
     names = [p.stem for p in (configs_dir() / group).glob("*.yaml")]
@@ -91,21 +60,30 @@ def options_of(group: str) -> str:
 
 
 def _register() -> None:
-    if not OmegaConf.has_resolver("run_suffix"):
-        OmegaConf.register_new_resolver("run_suffix", _resolve_run_suffix)
-    if not OmegaConf.has_resolver("options_of"):
-        OmegaConf.register_new_resolver("options_of", options_of)
+    from . import record
+
+    resolvers = {"run_suffix": lambda overrides, exclude: record.run_suffix(_plain(overrides), _plain(exclude)),
+                 "job_dirname": lambda overrides, exclude, params: record.job_dirname(
+                     _plain(overrides), _plain(exclude), _plain_dict(params)),
+                 "name_excluded": lambda: list(record.NAME_EXCLUDED),
+                 "options_of": options_of}
+    for name, resolver in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
 
 
-def _resolve_run_suffix(overrides: Any, exclude_keys: Any) -> str:
-    def plain(node: Any) -> list[str]:
-        if node is None:
-            return []
-        if OmegaConf.is_config(node):
-            node = OmegaConf.to_container(node, resolve=True)
-        return [str(x) for x in node]
+def _plain(node: Any) -> list[str]:
+    if node is None:
+        return []
+    if OmegaConf.is_config(node):
+        node = OmegaConf.to_container(node, resolve=True)
+    return [str(x) for x in node]
 
-    return run_suffix(plain(overrides), plain(exclude_keys))
+
+def _plain_dict(node: Any) -> dict[str, Any]:
+    if node is None:
+        return {}
+    return dict(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node)
 
 
 _register()

@@ -25,6 +25,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from . import record
 from .paths import configs_dir
 from .runner import ConfigError, run
 from .runner.config import scrub_yaml_file
@@ -119,6 +120,11 @@ def main() -> None:
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
     if {"-m", "--multirun"} & set(sys.argv):
         forward_to_workers()  # a stopped sweep stops its worker processes too
+        # what the sweep varies names its job folders (record.job_dirname), in every job process
+        try:
+            os.environ[record.SWEPT_ENV] = ",".join(record.command_line_sweeps(sys.argv[1:]))
+        except HydraException:  # a malformed override: Hydra reports it in one line below
+            pass
     try:
         _job()
     except RunFailed:

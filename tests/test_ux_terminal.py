@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
-from rmsnorm_repro.paths import configs_dir, run_suffix
-from rmsnorm_repro.runner.logs import end_of_run_block, eval_line, headline_metrics
+from rmsnorm_repro.paths import configs_dir
+from rmsnorm_repro.record import run_suffix
+from rmsnorm_repro.runner.console import end_of_run_block, eval_line, headline_metrics
 from rmsnorm_repro.train import main
 from runner_fixtures.helpers import REPO, cli_args, cli_env, compose_cfg
 

@@ -2,12 +2,17 @@
 
 Model, optimizer, scheduler, the RNG states (python, numpy, torch CPU and CUDA), and the loop's
 TrainState: the step (which is also the data position: a task's batch is a pure function of
-config, seed and step), the best and last validation metrics, the clocks. Only tensors and plain
-Python types go in, so `torch.load(weights_only=True)` reads it back: loading never runs pickled code.
+config, seed and step), every evaluation so far, the clocks. Only tensors and plain Python types go
+in, so `torch.load(weights_only=True)` reads it back: loading never runs pickled code.
+
+Every checkpoint (last.pt, best.pt) also carries its run's identity (rmsnorm_repro/record.py: task,
+norm, p, seed, data, scale, and the config that was trained, with its fingerprint); loading one into
+another run is refused with one line that names both.
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from .. import record
 from ..atomic import atomic_path
 from .config import ConfigError
+from .console import log
 
 if TYPE_CHECKING:
     from .distributed import World
@@ -34,26 +41,27 @@ class TrainState:
     last_valid: dict[str, float] = field(default_factory=dict)
     last_eval_step: int = 0
     evals_since_best: int = 0  # for early stopping
+    evals: list[dict[str, float]] = field(default_factory=list)  # {"step": s, **valid} of every evaluation
+    # the metrics line of a step whose evaluation a signal cut short: the resumed run evaluates it first
+    pending_eval: dict[str, Any] | None = None
 
-    def save(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+    def save(self, path: Path, owner: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
              scheduler: Any, rng_ranks: list[dict[str, Any]], scaler: Any = None) -> None:
-        """rng_ranks: every rank's RNG states (one entry without DDP); scaler: fp16's GradScaler."""
+        """owner: stamp(config) of the run; rng_ranks: every rank's RNG states (one entry without
+        DDP); scaler: fp16's GradScaler."""
         fields = dataclasses.asdict(self)
         fields["step_ms"] = torch.tensor(self.step_ms, dtype=torch.float64)
-        save(path, {**fields, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        save(path, {**fields, **owner, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(), "rng": rng_ranks[0],
                     **({"rng_ranks": rng_ranks} if len(rng_ranks) > 1 else {}),
                     **({"scaler": scaler.state_dict()} if scaler is not None else {})})
 
     @classmethod
-    def load(cls, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-             world: World, seed: int, scaler: Any = None) -> TrainState:
-        """Restore model, optimizer, scheduler and this rank's RNG from `path`; return the loop's state."""
-        try:
-            saved = load(path)
-        except Exception as e:  # torch says why in many lines (and suggests weights_only=False: never)
-            raise ConfigError(f"{path} is damaged and cannot be read ({type(e).__name__}); to start over "
-                                    f"from step 0, delete it (or the whole run directory {path.parents[1]})") from None
+    def load(cls, path: Path, config: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             scheduler: Any, world: World, seed: int, scaler: Any = None) -> TrainState:
+        """Restore model, optimizer, scheduler and this rank's RNG from `path`, a checkpoint of the
+        run whose resolved config is `config`; return the loop's state."""
+        saved = load(path, config)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
@@ -104,12 +112,49 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def stamp(config: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint carries of its run: record version, identity, the trained config, its fingerprint."""
+    return {"record_version": record.RECORD_VERSION, "identity": record.identity(config),
+            "config": config, "fingerprint": record.fingerprint(config)}
+
+
 def save(path: Path, state: dict[str, Any]) -> None:
-    """Write atomically: a kill mid-write leaves the previous checkpoint intact."""
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    """Write atomically: a kill mid-write (or a full disk) leaves the previous checkpoint intact."""
+    try:
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
+    except RuntimeError as e:  # torch reports a full disk as a RuntimeError chained to the OSError
+        cause = e.__cause__ or e.__context__
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            raise OSError(errno.ENOSPC, f"no space left on the device (the previous {path.name} is intact)",
+                          str(path)) from None
+        raise
 
 
-def load(path: Path) -> dict[str, Any]:
-    """On CPU: RNG states must stay there; load_state_dict moves weights and Adam moments to their device."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+def load(path: Path, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A checkpoint, on CPU (RNG states must stay there; load_state_dict moves weights and Adam
+    moments to their device). With `config`, the run it must belong to: another run's is refused."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch says why in many lines (and suggests weights_only=False: never)
+        raise ConfigError(f"{path} is damaged and cannot be read ({type(e).__name__}); to start over "
+                          f"from step 0, move it away (or give this run a new folder)") from None
+    if config is not None:
+        check_owner(path, saved, config)
+    return saved
+
+
+def check_owner(path: Path, saved: dict[str, Any], config: dict[str, Any]) -> None:
+    """Refuse a checkpoint written by another run (copied in, or a folder reused by hand)."""
+    if "identity" not in saved:  # written before checkpoints carried their run: config.yaml was checked
+        log.info(f"{path.name} predates run identities in checkpoints: checked against config.yaml only")
+        return
+    mine = record.identity(config)
+    differs = record.changes(saved["config"], config).refused
+    if saved["identity"] != mine or differs:
+        why = f" ({'; '.join(differs[:2])})" if differs else ""
+        raise ConfigError(f"{path} belongs to another run: {record.describe(saved['identity'])}, config "
+                          f"{saved['fingerprint']}{why}; this run is {record.describe(mine)}, config "
+                          f"{record.fingerprint(config)}: move that file away, or run it in its own folder")

@@ -1,4 +1,4 @@
-"""Checks of a composed run config, the resume guard, and secret scrubbing.
+"""Checks of a composed run config, and secret scrubbing (the resume guard's rules: rmsnorm_repro/record.py).
 
 Everything here turns bad input into a `ConfigError` whose message is one line: what is wrong and
 what to do. The entry point prints it without a traceback.
@@ -20,12 +20,6 @@ SCHEDULES = ("constant", "inverse_sqrt", "linear_decay")
 OPTIMIZERS = ("adam", "adamw")
 # optim.clip_mode: how optim.clip is applied (runner/step.py clip_gradients)
 CLIP_MODES = ("global", "per_tensor", "global_sqrt")
-# keys that may change between a run and its resume (the step budget) or that do not touch the
-# numbers (where the logs go)
-RESUMABLE_CHANGES = ("train.steps", "train.max_minutes", "logger", "allocator")  # allocator: speed only
-# keys that only change how a trained model is scored (the translation tasks' decoding): changing
-# them on a finished run re-evaluates it and never retrains
-EVAL_ONLY = ("task.decode",)
 SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"}
 REDACTED = "<redacted>"
 
@@ -120,28 +114,6 @@ def check_data_root(cfg: DictConfig) -> None:
         hint = ", or data.download=true where there is network" if "download" in data else ""
         raise ConfigError(f"data.root={data.root} does not exist: put the {data.name} files there "
                           f"or point data.root at them{hint}")
-
-
-# Resume guard ----------------------------------------------------------------------------------
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for k, v in node.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: node}
-
-
-def config_differences(saved: dict, new: dict, ignore: tuple[str, ...] = RESUMABLE_CHANGES + EVAL_ONLY) -> list[str]:
-    """Keys (outside `ignore` and its subtrees) whose values differ between two resolved configs."""
-    a, b = _flatten(saved), _flatten(new)
-    diffs = []
-    for key in sorted(set(a) | set(b)):
-        if any(key == k or key.startswith(k + ".") for k in ignore):
-            continue
-        if a.get(key, "<absent>") != b.get(key, "<absent>"):
-            diffs.append(f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}")
-    return diffs
 
 
 # Secrets ---------------------------------------------------------------------------------------

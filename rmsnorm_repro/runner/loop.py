@@ -21,12 +21,13 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from .. import allocator
+from .. import allocator, record
 from ..tasks.base import EvaluationInterrupted
 from . import checkpoint, distributed
 from .checkpoint import TrainState
 from .config import ConfigError, scrub
-from .logs import Progress, end_of_run_block, log, write_json
+from .console import Progress, end_of_run_block, log
+from .files import write_json
 from .setup import Run, build, environment, prepare
 from .signals import stop_requests
 from .step import train_step
@@ -78,7 +79,7 @@ def train_and_summarize(run: Run, state: TrainState) -> dict[str, Any]:
             raise
         # a crash (a bug, out of memory, a full disk): never leave a summary that claims anything else
         failed = scrub({
-            **_identity(run.cfg), "status": "failed", "steps": state.step, "step_ms_median": None,
+            "record_version": record.RECORD_VERSION, **record.identity(run.cfg), "status": "failed", "steps": state.step, "step_ms_median": None,
             "step_ms_mean": None, "s_per_1k_steps": None, "final": {}, "best": state.best,
             "env": environment(run), "error": f"{type(e).__name__}: {e}",
             "traceback": traceback.format_exc(limit=-8),
@@ -94,13 +95,9 @@ def train_and_summarize(run: Run, state: TrainState) -> dict[str, Any]:
             run.wandb.finish(exit_code=0 if summary.get("status") in ("completed", "diverged", "interrupted") else 1)
 
 
-def _identity(cfg: DictConfig) -> dict[str, Any]:
-    return {"task": cfg.task.name, "norm": cfg.norm.name, "p": float(cfg.norm.p), "seed": int(cfg.seed),
-            "data": cfg.data.name, "scale": cfg.scale.name}
-
-
 def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
-    """Steps from state.step to train.steps; returns the summary (without env).
+    """Steps from state.step to train.steps, then the test of the selected weights; returns the
+    summary (without env).
 
     Under DDP every rank runs this loop in lockstep: the logged loss and throughput are all-reduced
     over ranks, stop requests (a signal, the time budget, a NaN) too, so all ranks stop at the same
@@ -108,54 +105,23 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
     checkpoints. step_ms is rank 0's and includes DDP's gradient all-reduce.
     """
     cfg, task, world, device = run.cfg, run.task, run.world, run.device
+    loop = Loop(run, state, stop)
     total = int(cfg.train.steps)
     budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else math.inf
-    select = selection(cfg, task)  # (metric, mode) that picks best.pt; None: test the last weights
-    best_name, best_mode = select or task.best_metric
-    patience = cfg.train.get("early_stop_patience")
-    per_s = f"{task.unit}_per_s"
     # token shards differ in size: weigh each rank's mean so DDP's average is the global mean
     loss_weight = ((lambda n: distributed.token_weight(n, device, world))
                    if world.distributed and task.loss_mean_over == "tokens" else None)
-    clock0 = time.perf_counter() - state.wall_s  # wall_s continues across resumes
+    status, stopping, first_ms, stopped_by = "completed", None, None, None
+
+    # a run stopped during an evaluation evaluates that step first, exactly as it would have
+    if state.pending_eval is not None and not loop.finish_pending_eval():
+        status, stopping = "interrupted", stop["signal"] or "SIGTERM"
     start = state.step
     # a run whose budget was spent, or that stopped early, is finished: its rerun trains no further step
-    early_stopped_before = bool(patience) and state.evals_since_best >= patience
-    end = start if state.wall_s >= budget_s or early_stopped_before else total
-    status, first_ms, stopping = "completed", None, None
-    stopped_by = ("early_stopping" if early_stopped_before else "train.max_minutes") if end < total else None
+    end = start if status != "completed" or state.wall_s >= budget_s or loop.early_stopped() else total
+    if end < total and status == "completed":
+        stopped_by = "early_stopping" if loop.early_stopped() else "train.max_minutes"
     interval_units, interval_ms = 0, 0.0
-
-    def evaluate(split: str) -> dict[str, float] | None:
-        """Rank 0's evaluation (the DDP wrapper's forward would wait for the other ranks); None when
-        a signal cut it short (on any rank's word, so all ranks agree)."""
-        out: dict[str, float] | None = {}
-        if world.main:
-            eval_model = run.raw_model if world.distributed else run.model
-            eval_model.eval()
-            try:
-                with torch.no_grad(), run.precision.autocast():
-                    out = {k: float(v) for k, v in task.evaluate(eval_model, split).items()}
-            except EvaluationInterrupted:
-                out = None
-            run.model.train()
-        if distributed.any_rank(out is None, device, world):
-            log.warning(f"{stop['signal'] or 'a signal'} received during the {split} evaluation: stopped it")
-            return None
-        return out
-
-    def save_best(step: int, valid: dict[str, float]) -> None:
-        if world.main:
-            checkpoint.save(run.run_dir / "checkpoints" / "best.pt",
-                            {"model": run.raw_model.state_dict(), "step": step, "valid": valid})
-
-    def save_checkpoint() -> None:
-        rng = distributed.gather(checkpoint.rng_state(), world)  # every rank's dropout stream, on rank 0
-        if world.main:
-            state.wall_s = time.perf_counter() - clock0
-            state.save(run.run_dir / "checkpoints" / "last.pt", run.raw_model, run.optimizer, run.scheduler, rng,
-                       run.precision.scaler)
-
     progress = Progress(start, total, enabled=world.main)
     run.model.train()
     try:
@@ -170,7 +136,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
             # the global batch's loss and size; a signal or the time budget on any rank stops all of them.
             # The decisions below read this snapshot: a signal arriving later counts at the next step.
             loss_value, n, signum, out_of_time = distributed.reduce_step(
-                loss.item(), int(n), _signum(stop["signal"]), time.perf_counter() - clock0 >= budget_s, device, world)
+                loss.item(), int(n), _signum(stop["signal"]), loop.clock() >= budget_s, device, world)
             stopping = signal.Signals(signum).name if signum else None
             state.step = done
             if step == start:
@@ -183,34 +149,20 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                 run.wandb.log({"loss": loss_value, "step_ms": ms, "lr": lr}, step=done)
             diverged = not math.isfinite(loss_value)
             last = done == total or out_of_time or stopping is not None
-            early_stopped = False
 
-            valid = {}
+            line = {"step": done, "wall_s": round(loop.clock(), 3), "loss": loss_value, "step_ms": round(ms, 3),
+                    "lr": lr, loop.per_s: round(interval_units / (interval_ms / 1e3), 2)}
+            valid: dict[str, float] = {}  # rank 0's; empty on the other ranks
+            evaluated_now = False
             if not diverged and stopping is None and (done % cfg.train.eval_every == 0 or last):
-                evaluated = evaluate("valid")
-                if evaluated is None:
-                    stopping = stop["signal"] or "SIGTERM"
+                evaluated = loop.evaluate("valid")
+                if evaluated is None:  # cut short by a signal: redone first thing on resume
+                    stopping, state.pending_eval = stop["signal"] or "SIGTERM", line
                 else:
-                    valid = evaluated
-                    state.last_valid, state.last_eval_step = valid, done
-                    if world.main and best_name not in valid:
-                        raise ConfigError(f"train.select_metric={best_name} is not a validation metric of "
-                                          f"task={task.name}; choose one of: {', '.join(valid)} (or last)")
-                    if world.main and (not state.best or _better(valid[best_name], state.best[best_name], best_mode)):
-                        state.best, state.evals_since_best = {**valid, "step": done}, 0
-                        if select is not None:
-                            save_best(done, valid)
-                    else:
-                        state.evals_since_best += 1
-                    if distributed.any_rank(bool(patience) and state.evals_since_best >= patience, device, world):
-                        early_stopped = True
-            if run.metrics is not None and (done % cfg.train.log_every == 0 or valid or last or diverged):
-                record = {"step": done, "wall_s": round(time.perf_counter() - clock0, 3), "loss": loss_value,
-                          "step_ms": round(ms, 3), "lr": lr, per_s: round(interval_units / (interval_ms / 1e3), 2)}
-                record.update({(f"valid_{k}" if k in RUNNER_KEYS else k): v for k, v in valid.items()})
-                run.metrics.log(record)
-                if run.wandb is not None:
-                    run.wandb.log_line(record, valid)
+                    valid, evaluated_now = evaluated, True
+                    loop.record_eval(done, valid)
+            if state.pending_eval is None and (done % cfg.train.log_every == 0 or valid or last or diverged):
+                loop.log_line(line, valid)
                 interval_units, interval_ms = 0, 0.0
             progress.step(done, total, loss_value, ms, valid)
 
@@ -218,8 +170,9 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                 status = "diverged"  # no checkpoint: the last one holds the last finite state
                 log.warning(f"loss is {loss_value} at step {done}: run diverged, stopping")
                 break
+            early_stopped = evaluated_now and distributed.any_rank(loop.early_stopped(), device, world)
             if done % cfg.train.checkpoint_every == 0 or last or stopping is not None or early_stopped:
-                save_checkpoint()
+                loop.save_checkpoint()
             if stopping is not None:
                 status = "interrupted"
                 log.warning(f"{stopping} received: checkpoint saved at step {done}, stopping")
@@ -229,33 +182,25 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                 break
             if early_stopped:
                 stopped_by = "early_stopping"
-                log.info(f"no better valid {best_name} in {patience} evaluations: stopping early at step {done}")
+                log.info(f"no better valid {loop.best_name} in {loop.patience} evaluations: stopping early at step {done}")
                 break
     finally:
         progress.close()
 
-    final: dict[str, float] = {}
+    final, selected_step, selected_valid = {}, state.step, state.last_valid
     if status == "completed" and (state.last_eval_step != state.step or run.plan.reevaluate):
-        # no step ran, and the checkpoint's last evaluation is older than its step (a run stopped
-        # during evaluation, or resumed with train.steps lowered to where it stopped), or only the
-        # evaluation settings changed: evaluate the final model now
-        evaluated = evaluate("valid")
+        # the checkpoint's last evaluation is older than its step (resumed with train.steps lowered to
+        # where it stopped), or only the evaluation settings changed: evaluate the final model now
+        evaluated = loop.evaluate("valid")
         if evaluated is None:
             status, stopping = "interrupted", stop["signal"] or "SIGTERM"
         else:
-            state.last_valid, state.last_eval_step = evaluated, state.step
-    selected_step, selected_valid = state.step, state.last_valid
-    best_pt = run.run_dir / "checkpoints" / "best.pt"
-    if status == "completed" and select is not None and state.best and world.main:
-        if state.best["step"] != state.step and best_pt.exists():
-            run.raw_model.load_state_dict(checkpoint.load(best_pt)["model"])  # last.pt keeps the last weights
-        if state.best["step"] == state.step or best_pt.exists():
-            selected_step = state.best["step"]
-            selected_valid = {k: v for k, v in state.best.items() if k != "step"}
+            state.last_valid, state.last_eval_step, selected_valid = evaluated, state.step, evaluated
     if status == "completed":
+        selected_step, selected_valid = loop.load_selected()
         log.info(f"final evaluation on the test split (weights of step {selected_step})")
         t0 = time.perf_counter()
-        evaluated = evaluate("test")
+        evaluated = loop.evaluate("test")
         if evaluated is None:
             status, stopping = "interrupted", stop["signal"] or "SIGTERM"
         else:
@@ -266,16 +211,17 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
     times = state.step_ms or ([first_ms] if first_ms is not None else [])
     timed_s = sum(state.step_ms) / 1e3
     summary = {
-        **_identity(cfg),
+        "record_version": record.RECORD_VERSION,
+        **record.identity(cfg),
         "status": status,
         "steps": state.step,
         **step_time_stats(times),
-        per_s: state.units / timed_s if timed_s > 0 else None,
+        loop.per_s: state.units / timed_s if timed_s > 0 else None,
         "final": final,
         "selected_step": selected_step if status == "completed" else None,
-        "selection": f"best valid {best_name} ({best_mode})" if select is not None else "last",
+        "selection": f"best valid {loop.best_name} ({loop.best_mode})" if loop.select is not None else "last",
         "best": state.best,
-        "wall_s": round(time.perf_counter() - clock0, 3),
+        "wall_s": round(loop.clock(), 3),
     }
     if status == "completed" and state.step < total:
         summary["stopped_by"] = stopped_by or "train.max_minutes"
@@ -284,6 +230,110 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
     if status == "diverged":
         summary["diverged_at"] = state.step
     return summary
+
+
+class Loop:
+    """What the training loop does besides stepping: evaluate, keep the best, log, checkpoint."""
+
+    def __init__(self, run: Run, state: TrainState, stop: dict[str, Any]):
+        self.run, self.state, self.stop = run, state, stop
+        self.select = selection(run.cfg, run.task)  # (metric, mode) that picks best.pt; None: test the last weights
+        self.best_name, self.best_mode = self.select or run.task.best_metric
+        self.patience = run.cfg.train.get("early_stop_patience")
+        self.per_s = f"{run.task.unit}_per_s"
+        self.clock0 = time.perf_counter() - state.wall_s  # wall_s continues across resumes
+
+    def clock(self) -> float:
+        return time.perf_counter() - self.clock0
+
+    def evaluate(self, split: str) -> dict[str, float] | None:
+        """Rank 0's evaluation (the DDP wrapper's forward would wait for the other ranks); None when
+        a signal cut it short (on any rank's word, so all ranks agree)."""
+        run = self.run
+        out: dict[str, float] | None = {}
+        if run.world.main:
+            eval_model = run.raw_model if run.world.distributed else run.model
+            eval_model.eval()
+            try:
+                with torch.no_grad(), run.precision.autocast():
+                    out = {k: float(v) for k, v in run.task.evaluate(eval_model, split).items()}
+            except EvaluationInterrupted:
+                out = None
+            run.model.train()
+        if distributed.any_rank(out is None, run.device, run.world):
+            log.warning(f"{self.stop['signal'] or 'a signal'} received during the {split} evaluation: stopped it")
+            return None
+        return out
+
+    def record_eval(self, step: int, valid: dict[str, float]) -> None:
+        """Keep a validation result: the last and best so far (best.pt when it is new), the history."""
+        state, run = self.state, self.run
+        state.last_valid, state.last_eval_step = valid, step
+        state.evals.append({"step": step, **valid})
+        if not run.world.main:
+            return
+        if self.best_name not in valid:
+            raise ConfigError(f"train.select_metric={self.best_name} is not a validation metric of "
+                              f"task={run.task.name}; choose one of: {', '.join(valid)} (or last)")
+        if not state.best or record.better(valid[self.best_name], state.best[self.best_name], self.best_mode):
+            state.best, state.evals_since_best = {**valid, "step": step}, 0
+            if self.select is not None:
+                self.save_best(step, valid)
+        else:
+            state.evals_since_best += 1
+
+    def early_stopped(self) -> bool:
+        return bool(self.patience) and self.state.evals_since_best >= self.patience
+
+    def finish_pending_eval(self) -> bool:
+        """Evaluate the step a signal interrupted, log its line and checkpoint; False if cut short again."""
+        state = self.state
+        log.info(f"evaluating step {state.step}, whose evaluation was interrupted")
+        valid = self.evaluate("valid")
+        if valid is None:
+            return False
+        line, state.pending_eval = state.pending_eval, None
+        self.record_eval(state.step, valid)
+        self.log_line(line, valid)
+        self.save_checkpoint()
+        return True
+
+    def log_line(self, line: dict[str, Any], valid: dict[str, float]) -> None:
+        """A metrics.jsonl line (and wandb's): the step's numbers, its validation metrics beside them."""
+        run = self.run
+        if run.metrics is None:
+            return
+        line = {**line, **{(f"valid_{k}" if k in RUNNER_KEYS else k): v for k, v in valid.items()}}
+        run.metrics.log(line)
+        if run.wandb is not None:
+            run.wandb.log_line(line, valid)
+
+    def save_best(self, step: int, valid: dict[str, float]) -> None:
+        run = self.run
+        checkpoint.save(run.run_dir / "checkpoints" / "best.pt",
+                        {**checkpoint.stamp(run.plan.config), "model": run.raw_model.state_dict(),
+                         "step": step, "valid": valid})
+
+    def save_checkpoint(self) -> None:
+        run = self.run
+        rng = distributed.gather(checkpoint.rng_state(), run.world)  # every rank's dropout stream, on rank 0
+        if run.world.main:
+            self.state.wall_s = self.clock()
+            self.state.save(run.run_dir / "checkpoints" / "last.pt", checkpoint.stamp(run.plan.config),
+                            run.raw_model, run.optimizer, run.scheduler, rng, run.precision.scaler)
+
+    def load_selected(self) -> tuple[int, dict[str, float]]:
+        """Load the weights the test scores (best.pt's, unless they are the last ones) and return
+        their step and validation metrics."""
+        run, state = self.run, self.state
+        best_pt = run.run_dir / "checkpoints" / "best.pt"
+        if self.select is None or not state.best or not run.world.main:
+            return state.step, state.last_valid
+        if state.best["step"] != state.step:
+            if not best_pt.exists():
+                return state.step, state.last_valid
+            run.raw_model.load_state_dict(checkpoint.load(best_pt, run.plan.config)["model"])  # last.pt keeps the last weights
+        return state.best["step"], {k: v for k, v in state.best.items() if k != "step"}
 
 
 def step_time_stats(times_ms: list[float]) -> dict[str, Any]:
@@ -314,9 +364,5 @@ def selection(cfg: DictConfig, task) -> tuple[str, str] | None:
     if metric is None:
         metric, default_mode = task.best_metric
     else:
-        default_mode = "min" if metric.endswith(("loss", "error")) else "max"  # others (ranks): train.select_mode
+        default_mode = record.metric_goal(metric)  # ranks (medr: min, r1: max) as every metric
     return str(metric), mode or default_mode
-
-
-def _better(value: float, best: float, mode: str) -> bool:
-    return value > best if mode == "max" else value < best

@@ -20,14 +20,17 @@ from typing import Any, Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from .. import allocator
+from .. import allocator, record
 from ..atomic import atomic_write_text
 from ..norms import Normalization, build_normalization
 from ..tasks import TASKS, Task, get_task_class
 from . import distributed, precision
+from . import checkpoint
 from .checkpoint import TrainState, seed_everything
-from .config import RESUMABLE_CHANGES, ConfigError, check_config, check_data_root, config_differences, scrub
-from .logs import MetricsFile, WandbLogger, log, wandb_mode
+from .config import ConfigError, check_config, check_data_root, scrub
+from .console import log
+from .files import MetricsFile
+from .wandb_logger import WandbLogger, wandb_mode
 from .optim import beta1_switch, build_optimizer, build_schedule, first_schedule_difference
 
 
@@ -47,6 +50,7 @@ class Plan:
     saved_config: dict[str, Any] | None = None  # the run directory's config.yaml, when it has one
     finished: dict[str, Any] | None = None  # the summary of a run this command already finished
     reevaluate: bool = False  # only evaluation settings changed: score the trained model again
+    reselect: bool = False  # train.select_metric/select_mode changed: pick the tested weights again
 
 
 @dataclass
@@ -132,11 +136,14 @@ def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
 
     state = TrainState()
     if plan.resume_from is not None:
-        state = TrainState.load(plan.resume_from, raw_model, optimizer, scheduler, world, cfg.seed, mixed.scaler)
+        state = TrainState.load(plan.resume_from, plan.config, raw_model, optimizer, scheduler, world, cfg.seed,
+                                mixed.scaler)
         if state.step > total:
             raise ConfigError(f"{plan.resume_from} is at step {state.step} but train.steps={total}; "
                               f"raise train.steps or choose another hydra.run.dir")
         check_schedule_continues(plan, state.step)
+        if plan.reselect:
+            reselect(plan, state, raw_model)
         log.info(f"resuming {plan.run_dir} from step {state.step}")
 
     # DDP's construction is a collective: past it, every rank has read the run dir, so rank 0 may write
@@ -187,26 +194,37 @@ def resolve_device(name: str) -> torch.device:
 
 def guard_resume(plan: Plan) -> None:
     """Set what plan.run_dir holds: a checkpoint to resume from, a finished run, or nothing (a fresh
-    start); refuse to mix two configs in one directory."""
+    start). A resume may change what record.changes accepts (the step budget, where files go, how
+    runs are logged, keys a newer suite added, evaluation and selection settings), each named in
+    one log line; a change to what is trained is refused, with how to run it beside this one."""
     run_dir = plan.run_dir
     saved = run_dir / "config.yaml"
     last = run_dir / "checkpoints" / "last.pt"
     if not saved.exists():
         if last.exists():
             raise ConfigError(f"{run_dir} holds a checkpoint but no config.yaml, so a resume cannot be checked; "
-                              f"remove {run_dir} or choose another hydra.run.dir")
+                              f"give this run a new folder (hydra.run.dir=<new folder>)")
         return
-    plan.saved_config = OmegaConf.to_container(OmegaConf.load(saved))
-    diffs = config_differences(plan.saved_config, plan.config)
-    if diffs:
-        shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
-        raise ConfigError(f"{run_dir} holds a run with another config ({shown}); only train.steps and "
-                          f"train.max_minutes may change on resume: choose another hydra.run.dir or remove {run_dir}")
+    try:
+        plan.saved_config = OmegaConf.to_container(OmegaConf.load(saved))
+        owner = record.describe(record.identity(plan.saved_config))
+    except Exception as e:  # noqa: BLE001 (not YAML, or not a run's config: one line, whatever the cause)
+        raise ConfigError(f"{saved} cannot be read as a run's config ({type(e).__name__}); repair it, or give "
+                          f"this run a new folder (hydra.run.dir=<new folder>)") from None
+    diff = record.changes(plan.saved_config, plan.config)
+    if diff.refused:
+        shown = "; ".join(diff.refused[:3]) + (f"; and {len(diff.refused) - 3} more" if len(diff.refused) > 3 else "")
+        raise ConfigError(f"{run_dir} holds {owner} trained with another config ({shown}), which would change "
+                          f"what is trained: to train this config as a separate run, give it its own folder "
+                          f"(hydra.run.dir=<new folder>, or hydra.sweep.dir in a sweep); the run there is kept")
+    if diff.noted():
+        log.info(f"{run_dir}: resuming with {'; '.join(diff.noted())}")
     plan.resume_from = last if last.exists() else None
-    plan.reevaluate = bool(config_differences(plan.saved_config, plan.config, ignore=RESUMABLE_CHANGES))
+    plan.reevaluate = bool(diff.eval_only or diff.selection)
+    plan.reselect = bool(diff.selection)
     summary = read_summary(run_dir / "summary.json")
-    same_budget = not config_differences(plan.saved_config, plan.config, ignore=("logger", "allocator"))
-    if summary.get("status") == "completed" and same_budget and plan.resume_from is not None:
+    if (summary.get("status") == "completed" and not diff.budget and not plan.reevaluate
+            and plan.resume_from is not None):
         plan.finished = summary
 
 
@@ -231,6 +249,41 @@ def check_schedule_continues(plan: Plan, steps_done: int) -> None:
             f"{plan.cfg.optim.schedule.name} schedule (lr or Adam's beta1) from step {differs_at + 1} on, so the "
             f"resumed run would not equal a fresh one: keep train.steps={old_total}, or start over: remove {run_dir} "
             f"or choose another hydra.run.dir")
+
+
+def reselect(plan: Plan, state: TrainState, model: torch.nn.Module) -> None:
+    """A resume with another train.select_metric/select_mode: the best evaluation under the new rule,
+    from the run's evaluation history, if its weights were kept (best.pt's step or the last one)."""
+    from .loop import selection  # the loop owns the rule; imported here, at resume time, to avoid a cycle
+
+    select = selection(plan.cfg, plan.task_cls)
+    if select is None:  # `last`: the last weights are tested, nothing to pick
+        state.best, state.evals_since_best = {}, 0
+        return
+    metric, mode = select
+    separate = "to select by it, train it as a separate run (hydra.run.dir=<new folder>)"
+    if not state.evals:
+        raise ConfigError(f"{plan.resume_from} predates evaluation histories in checkpoints, so train.select_metric "
+                          f"cannot change on resume; {separate}")
+    if metric not in state.evals[-1]:
+        raise ConfigError(f"train.select_metric={metric} is not a validation metric of task={plan.task_cls.name}; "
+                          f"choose one of: {', '.join(k for k in state.evals[-1] if k != 'step')} (or last)")
+    best, since = None, 0
+    for evaluation in state.evals:
+        if best is None or record.better(evaluation[metric], best[metric], mode):
+            best, since = evaluation, 0
+        else:
+            since += 1
+    best_pt = plan.run_dir / "checkpoints" / "best.pt"
+    kept = checkpoint.load(best_pt, plan.config)["step"] if best_pt.exists() else None
+    if best["step"] == state.step:  # the loaded weights: they become best.pt
+        checkpoint.save(best_pt, {**checkpoint.stamp(plan.config), "model": model.state_dict(), "step": state.step,
+                                  "valid": {k: v for k, v in best.items() if k != "step"}})
+    elif best["step"] != kept:
+        raise ConfigError(f"by valid {metric} ({mode}) the best weights are those of step {best['step']}, which "
+                          f"{plan.run_dir} did not keep (it kept steps {kept} and {state.step}); {separate}")
+    state.best, state.evals_since_best = dict(best), since
+    log.info(f"selection by valid {metric} ({mode}): step {best['step']}")
 
 
 class RunDirLock:

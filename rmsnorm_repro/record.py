@@ -1,0 +1,222 @@
+"""The run record: what names a run, what may change when it resumes, and what its summary holds.
+
+Every part of the suite that writes, resumes or reads a run asks here: the runner (the resume guard,
+checkpoints, summary.json), the Hydra config (its run and sweep folder names, through the resolvers
+paths.py registers), the reports and bench (which way a metric is better, which summaries they can
+read). README "Runs, resume and sweeps" states the same contract for users.
+
+    identity(cfg)                  # {"task", "norm", "p", "seed", "data", "scale"}: who a run is
+    changes(saved, new)            # Changes: what a resume with config `new` alters in run `saved`
+    metric_goal("valid_bleu")      # "max"; metric_goal("error") "min"
+    check_summary(summary, path)   # a summary.json of any version this suite can read, or one line why not
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+# summary.json and the checkpoints carry this; summaries without it were written before it existed
+# (version 1: the same keys) and are read as such. Raise it when a key changes meaning.
+RECORD_VERSION = 2
+
+# Which way a metric is better -----------------------------------------------------------------
+# lower is better for these (and names built on them: valid_loss, train_error); higher for the rest
+# (bleu, accuracy, R@K, rsum)
+LOWER_IS_BETTER = ("loss", "error", "medr", "meanr", "ppl", "perplexity")
+
+
+def metric_goal(name: str) -> str:
+    """"min" or "max": which end of a metric's history is its best (valid/bleu: max, test_error: min)."""
+    leaf = name.rsplit("/", 1)[-1]
+    low = any(leaf == w or leaf.endswith("_" + w) or leaf.startswith(w + "_") for w in LOWER_IS_BETTER)
+    return "min" if low else "max"
+
+
+def better(value: float, best: float, goal: str) -> bool:
+    return value > best if goal == "max" else value < best
+
+
+# Who a run is -----------------------------------------------------------------------------------
+IDENTITY = ("task", "norm", "p", "seed", "data", "scale")
+
+
+def identity(config: dict[str, Any]) -> dict[str, Any]:
+    """The run's identity from its resolved config (a plain dict or a DictConfig)."""
+    return {"task": config["task"]["name"], "norm": config["norm"]["name"], "p": float(config["norm"]["p"]),
+            "seed": int(config["seed"]), "data": config["data"]["name"], "scale": config["scale"]["name"]}
+
+
+def describe(ident: dict[str, Any]) -> str:
+    """"rnnsearch layernorm p=1 seed 1 (synthetic-mini)"."""
+    return (f"{ident.get('task')} {ident.get('norm')} p={ident.get('p'):g} seed {ident.get('seed')} "
+            f"({ident.get('data')}-{ident.get('scale')})" if isinstance(ident.get("p"), (int, float)) else str(ident))
+
+
+# What names a run -------------------------------------------------------------------------------
+# A single run's folder is <runs_dir>/<task>/<data>-<scale>/<norm>-p<p>-s<seed>[,key=value...]; a
+# sweep's job folder is its overrides, key=value joined by ",". Left out of both: what the path
+# already says (task, data, scale), the step budget (it may grow on resume), where files go, how a
+# run is logged or launched. In a sweep, a key that takes several values names the job folder anyway.
+NAME_EXCLUDED = ("task", "data", "scale", "launcher", "logger", "experiment", "train.steps", "train.max_minutes",
+                 "allocator", "paths.runs_dir", "paths.data_dir", "paths.cache_dir", "logger.mode",
+                 "logger.project", "logger.entity", "logger.group", "logger.tags")
+IN_RUN_NAME = ("norm", "norm.p", "seed")  # a single run's name has them already
+MAX_NAME = 200  # bytes; file systems allow 255 per path component
+# the keys a multirun's command line sweeps, set by the entry point for its job processes (which
+# may be other processes: joblib workers, SLURM jobs), "," separated
+SWEPT_ENV = "RMSNORM_SWEPT_KEYS"
+
+
+def _key(line: str) -> str:
+    return str(line).split("=", 1)[0].lstrip("+~")
+
+
+def _named(overrides: Iterable[str] | None, excluded: set[str]) -> list[str]:
+    """The override lines that name a folder: not excluded, and never a secret-looking key."""
+    from .runner.config import is_secret_key  # lazy: only when a folder is named
+
+    return [str(line) for line in overrides or () if _key(line) not in excluded and not is_secret_key(_key(line))]
+
+
+def _folder_name(kept: list[str]) -> str:
+    """key=value lines as one path component: sorted, "," joined, no '/' or blanks, and cut to
+    MAX_NAME bytes with a hash of the whole at the end when longer."""
+    name = re.sub(r"\s", "_", ",".join(sorted(kept)).replace("/", "_"))
+    if len(name.encode()) > MAX_NAME:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+        name = name.encode()[: MAX_NAME - 12].decode(errors="ignore") + f"-{digest}"  # 199 bytes: room for the ","
+    return name
+
+
+def run_suffix(overrides: Iterable[str] | None, exclude_keys: Iterable[str] | None) -> str:
+    """",optim.lr=0.0001" for a single run's command-line overrides, "" for none: the overrides a sweep
+    would name a job after, minus the norm, p and seed the name already has and secret-looking keys."""
+    kept = _named(overrides, {*(exclude_keys or ()), *IN_RUN_NAME})
+    return "," + _folder_name(kept) if kept else ""
+
+
+def swept_keys(sweeper_params: dict[str, Any] | None = None) -> set[str]:
+    """Keys that take several values in this multirun: on its command line (SWEPT_ENV) or in the
+    preset's hydra.sweeper.params."""
+    swept = {k for k in os.environ.get(SWEPT_ENV, "").split(",") if k}
+    for key, value in (sweeper_params or {}).items():
+        if value is not None and ("," in str(value) or re.match(r"\s*(range|choice|glob)\(", str(value))):
+            swept.add(str(key))
+    return swept
+
+
+def job_dirname(overrides: Iterable[str] | None, exclude_keys: Iterable[str] | None,
+                sweeper_params: dict[str, Any] | None = None) -> str:
+    """A sweep job's folder: its overrides minus exclude_keys, except the keys the sweep varies,
+    which always name it (so a sweep over train.steps or task never puts two jobs in one folder)."""
+    return _folder_name(_named(overrides, set(exclude_keys or ()) - swept_keys(sweeper_params))) or "default"
+
+
+def command_line_sweeps(args: Iterable[str]) -> list[str]:
+    """The keys a multirun's command-line overrides sweep (`norm=a,b`, `seed=range(3)`)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = OverridesParser.create().parse_overrides([a for a in args if not a.startswith("-")])
+    return sorted({o.key_or_group for o in overrides if o.is_sweep_override() and not o.key_or_group.startswith("hydra")})
+
+
+# What may change on resume ----------------------------------------------------------------------
+BUDGET = ("train.steps", "train.max_minutes")  # a run may be extended (runner/optim.py checks the schedule)
+# where files go, how runs are logged, the allocator: none of them touches a number
+HARMLESS = ("paths", "logger", "allocator")
+EVAL_ONLY = ("task.decode",)  # how a trained model is scored: a finished run is re-evaluated
+SELECTION = ("train.select_metric", "train.select_mode")  # which evaluated weights are tested
+RECORD_ONLY = ("overrides",)  # config.yaml's note of the command line, not part of the config
+ABSENT = "<absent>"
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def _under(key: str, roots: Iterable[str]) -> bool:
+    return any(key == r or key.startswith(r + ".") for r in roots)
+
+
+def _resolved_device(name: Any) -> str:
+    if name == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(name)
+
+
+@dataclass
+class Changes:
+    """The differences between a run's config and a resume's, by what they do to the run."""
+    budget: list[str] = field(default_factory=list)
+    harmless: list[str] = field(default_factory=list)  # incl. keys a newer suite added or dropped
+    eval_only: list[str] = field(default_factory=list)
+    selection: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # they alter what was trained
+
+    def noted(self) -> list[str]:
+        """Every accepted change, for the resume's log line."""
+        return self.budget + self.harmless + self.eval_only + self.selection
+
+
+def changes(saved: dict[str, Any], new: dict[str, Any]) -> Changes:
+    """Sort every key whose value differs between two resolved configs."""
+    a, b = _flatten(saved), _flatten(new)
+    out = Changes()
+    for key in sorted(set(a) | set(b)):
+        old, now = a.get(key, ABSENT), b.get(key, ABSENT)
+        if old == now or _under(key, RECORD_ONLY):
+            continue
+        line = f"{key}: {old!r} -> {now!r}"
+        if _under(key, BUDGET):
+            out.budget.append(line)
+        elif _under(key, HARMLESS) or (key == "device" and _resolved_device(old) == _resolved_device(now)):
+            out.harmless.append(line)
+        elif old == ABSENT or now == ABSENT:
+            # a key this version of the suite added (at its default) or dropped since the run started
+            out.harmless.append(f"{line} (a key {'new in' if old == ABSENT else 'dropped from'} this version)")
+        elif _under(key, EVAL_ONLY):
+            out.eval_only.append(line)
+        elif _under(key, SELECTION):
+            out.selection.append(line)
+        else:
+            out.refused.append(line)
+    return out
+
+
+def fingerprint(config: dict[str, Any]) -> str:
+    """A short hash of what a run trains: its config without the keys that may change on resume."""
+    kept = {k: v for k, v in _flatten(config).items()
+            if not _under(k, BUDGET + HARMLESS + EVAL_ONLY + SELECTION + RECORD_ONLY) and k != "device"}
+    return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+# summary.json -------------------------------------------------------------------------------------
+STATUSES = ("completed", "diverged", "interrupted", "failed")
+# keys every summary has, from version 1 on
+SUMMARY_KEYS = ("task", "norm", "p", "seed", "data", "scale", "status", "steps", "final", "best")
+
+
+class RecordError(ValueError):
+    """A run file this suite cannot read: one line, naming the file and what to do."""
+
+
+def check_summary(summary: Any, path: Any) -> dict[str, Any]:
+    """A summary.json's content as this version reads it, or RecordError naming `path`."""
+    if not isinstance(summary, dict):
+        raise RecordError(f"{path} is not a JSON object; delete that run or rerun it")
+    version = summary.get("record_version", 1)
+    if not isinstance(version, int) or version > RECORD_VERSION:
+        raise RecordError(f"{path} was written by a newer rmsnorm_repro (record version {version}; this one "
+                          f"reads up to {RECORD_VERSION}): upgrade rmsnorm_repro to read it")
+    return summary

@@ -1,0 +1,189 @@
+"""wandb (logger=wandb): the mode check before anything is built, and one wandb run per run directory."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from ..record import metric_goal
+from .config import ConfigError, scrub
+from .files import finite_or_none
+
+ONLINE_MODES = ("online", "shared", "run")
+PROBE_TIMEOUT_S = 3.0
+_reachable: dict[str, str | None] = {}  # base URL -> None (reachable) or why not, once per process
+
+
+def _wandb_base_url() -> str:
+    """The server wandb will talk to: $WANDB_BASE_URL, else wandb's own settings (`wandb login --host`)."""
+    if os.environ.get("WANDB_BASE_URL"):
+        return os.environ["WANDB_BASE_URL"]
+    try:
+        from wandb.sdk import wandb_setup
+
+        return str(wandb_setup.singleton().settings.base_url)
+    except Exception:  # noqa: BLE001 (an older client, or settings it cannot read: wandb's default)
+        return "https://api.wandb.ai"
+
+
+def _has_wandb_key() -> bool:
+    """Whether wandb has credentials for its server, read the way wandb reads them; no network.
+
+    wandb >= 0.2x: $WANDB_API_KEY, an identity token file, the .netrc entry of the configured host
+    (`wandb login` writes it) or an api_key in wandb's settings. Older clients: their `wandb.api`.
+    (`wandb.login(verify=False)` would ask the server who is logged in, so it is not used here.)
+    """
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    import wandb
+
+    try:
+        from wandb.sdk.lib import wbauth
+    except ImportError:  # wandb before wbauth: the internal API reads env, .netrc and settings
+        try:
+            return bool(wandb.api.api_key)
+        except Exception:  # noqa: BLE001
+            return False
+    try:
+        from wandb.sdk import wandb_setup
+
+        if wbauth.read_netrc_auth(host=_wandb_base_url()):
+            return True
+        return bool(wandb_setup.singleton().settings.api_key)
+    except Exception:  # noqa: BLE001 (a malformed .netrc or settings file: no usable key)
+        return False
+
+
+def _unreachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when the server at `url` answers an HTTP request within `timeout` seconds (any status:
+    it answered), else why not. Run before wandb.init, whose own retries take minutes offline.
+    The request runs in a daemon thread, so a name lookup that hangs cannot hold the process."""
+    if url in _reachable:
+        return _reachable[url]
+    result: dict[str, str | None] = {}
+
+    def request() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+            result["error"] = None
+        except urllib.error.HTTPError:  # 401, 404, ...: the server is there
+            result["error"] = None
+        except (OSError, ValueError) as e:  # URLError (refused, no such host), timeouts, TLS errors
+            reason = getattr(e, "reason", e)
+            result["error"] = f"{type(reason).__name__}: {reason}"
+
+    worker = threading.Thread(target=request, daemon=True)
+    worker.start()
+    worker.join(timeout + 0.5)
+    reason = result["error"] if "error" in result else f"no answer in {timeout:g} s"
+    _reachable[url] = reason
+    return reason
+
+
+def wandb_mode(logger: DictConfig) -> str:
+    """The wandb mode of a run (logger.mode, $WANDB_MODE, else offline); online needs a key and the server.
+
+    Both are checked here, in seconds, so a run fails before it builds anything, with one line."""
+    mode = logger.get("mode") or os.environ.get("WANDB_MODE") or "offline"
+    if mode not in ("online", "offline", "disabled", "shared", "dryrun", "run"):
+        raise ConfigError(f"logger.mode={mode!r} is unknown; choose online, offline or disabled")
+    if mode in ONLINE_MODES:
+        if not _has_wandb_key():
+            raise ConfigError("wandb online mode needs an API key: run `wandb login` or set WANDB_API_KEY, "
+                              "or log offline with logger.mode=offline (upload later with `wandb sync`)")
+        url = _wandb_base_url()
+        reason = _unreachable(url)
+        if reason:
+            raise ConfigError(f"wandb online mode cannot reach {url} ({reason}): check the network or "
+                              f"WANDB_BASE_URL, or log offline with logger.mode=offline and `wandb sync` later")
+    return mode
+
+
+def wandb_settings(cfg: DictConfig, config: dict[str, Any], experiment: str | None) -> dict[str, Any]:
+    """The arguments of wandb.init for this run (config already scrubbed of secrets)."""
+    lg = cfg.logger
+    p = f"-p{cfg.norm.p:g}" if float(cfg.norm.p) != 1.0 else ""
+    tags = [f"task:{cfg.task.name}", f"data:{cfg.data.name}", f"scale:{cfg.scale.name}", f"norm:{cfg.norm.name}",
+            *lg.get("tags", [])]
+    return {
+        "project": lg.get("project", "rmsnorm-repro"),
+        "entity": lg.get("entity"),
+        "group": lg.get("group") or experiment or cfg.task.name,
+        "name": f"{cfg.norm.name}{p}-s{cfg.seed}",
+        "job_type": "train",
+        "tags": tags,
+        "config": config,
+    }
+
+
+class WandbLogger:
+    """Thin wrapper so the loop logs and finishes without knowing wandb's API.
+
+    One wandb run per run directory, across resumes: its id lives in <run dir>/wandb_id.txt and
+    wandb.init resumes it (resume="allow"). Every record carries `step` (the training step, the
+    declared step metric); each validation metric is declared with its best (min or max) and its
+    last value in the summary; `wall_s` (training wall-clock, continued across resumes) and the
+    throughput are logged at each metrics line, so curves can be drawn against wall-clock time.
+    """
+
+    def __init__(self, cfg: DictConfig, config: dict[str, Any], run_dir: Path, experiment: str | None):
+        mode = wandb_mode(cfg.logger)  # before the import: a missing key or no network fails at once
+        import wandb
+
+        id_file = run_dir / "wandb_id.txt"
+        run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
+        id_file.write_text(run_id + "\n")
+        # wandb records the command line with the run: show it the scrubbed one
+        argv, sys.argv = sys.argv, scrub(sys.argv)
+        try:
+            self.run = wandb.init(mode=mode, dir=str(run_dir), id=run_id, resume="allow",
+                                  **wandb_settings(cfg, config, experiment))
+        finally:
+            sys.argv = argv
+        self._defined: set[str] = set()
+        self._define("step")
+        self._define("*", step_metric="step")  # every curve against the training step by default
+
+    def _define(self, name: str, **kwargs: Any) -> None:
+        define = getattr(self.run, "define_metric", None)
+        if define is not None and name not in self._defined:
+            define(name, **kwargs)
+        self._defined.add(name)
+
+    def log(self, record: dict[str, Any], step: int) -> None:
+        for key in record:
+            if key.startswith("valid/") and key not in self._defined:
+                goal = metric_goal(key)
+                self._define(key, step_metric="step", summary=f"{goal},last")
+        self.run.log({**record, "step": step}, step=step)
+
+    def log_line(self, record: dict[str, Any], valid: dict[str, float]) -> None:
+        """A metrics.jsonl line's wall-clock and throughput, and the step's validation metrics as valid/<name>."""
+        extra = {k: v for k, v in record.items() if k == "wall_s" or k.endswith("_per_s")}
+        extra.update({f"valid/{k}": v for k, v in valid.items()})
+        self.log(finite_or_none(extra), step=int(record["step"]))
+
+    def summary(self, summary: dict[str, Any]) -> None:
+        for key in ("status", "steps", "step_ms_median", "step_ms_mean", "s_per_1k_steps", "s_per_1k_steps_ci95",
+                    "selected_step", "selection", "diverged_at", "interrupted_by", "wall_s",
+                    "examples_per_s", "tokens_per_s"):
+            if summary.get(key) is not None:
+                self.run.summary[key] = summary[key]
+        for key, value in (summary.get("final") or {}).items():
+            self.run.summary[f"final/{key}"] = value
+        for key, value in (summary.get("best") or {}).items():
+            self.run.summary[f"best/{key}"] = value
+        env = summary.get("env") or {}
+        for key in ("device", "device_name", "threads", "impl", "world_size", "torch"):
+            if env.get(key) is not None:
+                self.run.summary[f"env/{key}"] = env[key]
+
+    def finish(self, exit_code: int) -> None:
+        self.run.finish(exit_code=exit_code)
