@@ -40,6 +40,19 @@ def better(value: float, best: float, goal: str) -> bool:
     return value > best if goal == "max" else value < best
 
 
+def selection(train: Any, task_metric: tuple[str, str]) -> tuple[str, str] | None:
+    """(metric, mode) whose best validation value picks the tested weights (train.select_metric,
+    train.select_mode; null: the task's own), or None: `last`, the last weights."""
+    metric, mode = train.get("select_metric"), train.get("select_mode")
+    if metric == "last":
+        return None
+    if metric is None:
+        metric, default_mode = task_metric
+    else:
+        default_mode = metric_goal(metric)  # ranks (medr: min, r1: max) as every metric
+    return str(metric), mode or default_mode
+
+
 # Who a run is -----------------------------------------------------------------------------------
 IDENTITY = ("task", "norm", "p", "seed", "data", "scale")
 

@@ -29,7 +29,7 @@ from . import record
 from .paths import configs_dir
 from .runner import ConfigError, run
 from .runner.config import scrub_yaml_file
-from .runner.signals import forward_to_workers
+from .runner.signals import exit_if_sweep_worker, forward_to_workers
 
 
 class RunFailed(Exception):
@@ -65,7 +65,9 @@ def _job(cfg: DictConfig) -> None:
             raise SystemExit(2) from None  # past Hydra's own "Error executing job" report
         raise RunFailed(str(e)) from None  # a multirun goes on; Hydra re-raises this at its end
     if summary["status"] == "interrupted":
-        raise SystemExit(128 + signal.Signals[summary["interrupted_by"]].value)
+        code = 128 + signal.Signals[summary["interrupted_by"]].value
+        exit_if_sweep_worker(code)
+        raise SystemExit(code)
 
 
 def one_line(message: str) -> str:

@@ -36,6 +36,8 @@ from typing import Any, Iterable
 import numpy as np
 import yaml
 
+from ..record import check_summary
+
 # Config keys that never define a group: where outputs go, how they are logged, and the seed.
 NOT_SWEPT = ("seed", "paths.", "logger.", "hydra.", "device", "train.max_minutes", "train.checkpoint_every",
              "train.log_every")
@@ -237,6 +239,7 @@ def read_summary(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path} is not valid JSON ({err}); delete that run or rerun it") from err
     if not isinstance(summary, dict):
         raise ValueError(f"{path} holds {_kind(summary)}, not a JSON object; delete that run or rerun it")
+    summary = check_summary(summary, path)  # a version this suite reads, or one line why not
     for key in _OBJECTS:
         if summary.get(key) is not None and not isinstance(summary[key], dict):
             raise ValueError(f'{path}: "{key}" is {_kind(summary[key])}, not an object; delete that run or rerun it')

@@ -237,7 +237,7 @@ class Loop:
 
     def __init__(self, run: Run, state: TrainState, stop: dict[str, Any]):
         self.run, self.state, self.stop = run, state, stop
-        self.select = selection(run.cfg, run.task)  # (metric, mode) that picks best.pt; None: test the last weights
+        self.select = record.selection(run.cfg.train, run.task.best_metric)  # (metric, mode) that picks best.pt; None: test the last weights
         self.best_name, self.best_mode = self.select or run.task.best_metric
         self.patience = run.cfg.train.get("early_stop_patience")
         self.per_s = f"{run.task.unit}_per_s"
@@ -354,15 +354,3 @@ def step_time_stats(times_ms: list[float]) -> dict[str, Any]:
 
 def _signum(name: str | None) -> int:
     return signal.Signals[name].value if name else 0
-
-
-def selection(cfg: DictConfig, task) -> tuple[str, str] | None:
-    """(metric, mode) whose best validation value picks the tested weights; None: the last weights."""
-    metric, mode = cfg.train.get("select_metric"), cfg.train.get("select_mode")
-    if metric == "last":
-        return None
-    if metric is None:
-        metric, default_mode = task.best_metric
-    else:
-        default_mode = record.metric_goal(metric)  # ranks (medr: min, r1: max) as every metric
-    return str(metric), mode or default_mode

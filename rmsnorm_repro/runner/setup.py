@@ -254,9 +254,7 @@ def check_schedule_continues(plan: Plan, steps_done: int) -> None:
 def reselect(plan: Plan, state: TrainState, model: torch.nn.Module) -> None:
     """A resume with another train.select_metric/select_mode: the best evaluation under the new rule,
     from the run's evaluation history, if its weights were kept (best.pt's step or the last one)."""
-    from .loop import selection  # the loop owns the rule; imported here, at resume time, to avoid a cycle
-
-    select = selection(plan.cfg, plan.task_cls)
+    select = record.selection(plan.cfg.train, plan.task_cls.best_metric)
     if select is None:  # `last`: the last weights are tested, nothing to pick
         state.best, state.evals_since_best = {}, 0
         return

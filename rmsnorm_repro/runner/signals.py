@@ -2,29 +2,35 @@
 
 A run (stop_requests) checkpoints after the current step, or cuts its evaluation short between
 batches, and exits 128 + signal. A sweep whose jobs run in worker processes (launcher=joblib,
-local_parallel) passes the signal on to them (forward_to_workers), waits for their checkpoints, and
-exits: no worker keeps training as an orphan, and no further job starts.
+local_parallel) asks each of them to stop (forward_to_workers), waits for their checkpoints, and
+exits: no worker keeps training as an orphan, and no further job starts. A worker whose job was
+interrupted exits with it (exit_if_sweep_worker), so the sweep's wait ends as soon as they have
+checkpointed. Ctrl-C reaches a sweep's workers twice (the terminal signals the whole process group,
+and the sweep passes it on): the sweep passes SIGTERM, so that only a second Ctrl-C kills.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 from typing import Any, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 WORKER_GRACE_S = 60  # SLURM gives ~30-90 s between SIGTERM and SIGKILL
+SWEEP_PID_ENV = "RMSNORM_SWEEP_PID"  # the sweep's main process, for its workers
 
 
 @contextlib.contextmanager
 def stop_requests() -> Iterator[dict[str, Any]]:
-    """SIGINT/SIGTERM ask the loop to checkpoint and stop after the current step; a second one kills."""
+    """SIGINT/SIGTERM ask the loop to checkpoint and stop after the current step; a second Ctrl-C kills."""
     flag: dict[str, Any] = {"signal": None}
     previous = {}
 
     def handler(signum, frame):
-        flag["signal"] = signal.Signals(signum).name
-        signal.signal(signum, previous[signum])
+        flag["signal"] = flag["signal"] or signal.Signals(signum).name  # the first says why
+        if signum == signal.SIGINT:  # a second Ctrl-C kills; a repeated SIGTERM (a process group's and
+            signal.signal(signum, previous[signum])  # the sweep's) must not cut the checkpoint short
 
     for sig in STOP_SIGNALS:
         try:
@@ -39,22 +45,53 @@ def stop_requests() -> Iterator[dict[str, Any]]:
 
 
 def forward_to_workers() -> None:
-    """In a sweep's main process: on SIGINT/SIGTERM, send the signal to every descendant process (the
-    launcher's workers), give them WORKER_GRACE_S to checkpoint, kill what is left, and exit."""
+    """In a sweep's main process: on SIGINT/SIGTERM, ask every worker process to stop (SIGTERM),
+    give them WORKER_GRACE_S to checkpoint, kill what is left, say what was kept, and exit."""
     import psutil
 
+    os.environ[SWEEP_PID_ENV] = str(os.getpid())
+
     def handler(signum, frame):
-        workers = psutil.Process().children(recursive=True)
+        children = psutil.Process().children(recursive=True)
+        # loky's resource tracker ignores SIGTERM by design and holds no run: it is simply ended
+        trackers = [p for p in children if _is_resource_tracker(p)]
+        workers = [p for p in children if p not in trackers]
         for proc in workers:
             with contextlib.suppress(psutil.Error):
-                proc.send_signal(signum)
+                proc.send_signal(signal.SIGTERM)
         _, alive = psutil.wait_procs(workers, timeout=WORKER_GRACE_S)
-        for proc in alive:
+        for proc in alive + trackers:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        print(f"{signal.Signals(signum).name}: the sweep stopped; {len(workers)} worker process(es) stopped "
-              "(finished runs kept, started ones checkpointed: rerun the same command to resume)", flush=True)
+        lost = (f"; {len(alive)} did not stop within {WORKER_GRACE_S} s and were killed: their runs resume from "
+                "their last periodic checkpoint" if alive else "")
+        print(f"{signal.Signals(signum).name}: the sweep stopped; {len(workers) - len(alive)} worker process(es) "
+              f"checkpointed their runs (summary status interrupted){lost}. Finished runs are kept: rerun the same "
+              "command to resume", flush=True)
         os._exit(128 + signum)  # past the launcher's pool, which would start the next jobs
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, handler)
+
+
+def _is_resource_tracker(proc) -> bool:
+    import psutil
+
+    try:
+        return any("resource_tracker" in part for part in proc.cmdline())
+    except psutil.Error:
+        return False
+
+
+def exit_if_sweep_worker(code: int) -> None:
+    """In a local sweep's worker process (a descendant of the sweep's main process), exit with the
+    interrupted job: the worker must not take the next job, and the sweep waits for it to end."""
+    import psutil
+
+    sweep = os.environ.get(SWEEP_PID_ENV)
+    if sweep is None or sweep == str(os.getpid()):
+        return
+    with contextlib.suppress(psutil.Error, ValueError):
+        if any(parent.pid == int(sweep) for parent in psutil.Process().parents()):
+            logging.shutdown()  # flush the job's log file
+            os._exit(code)

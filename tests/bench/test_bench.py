@@ -17,7 +17,7 @@ import torch
 from rmsnorm_repro.bench import module
 from rmsnorm_repro.norms import formulas
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # Module table -------------------------------------------------------------------------------------------

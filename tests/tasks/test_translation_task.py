@@ -13,7 +13,7 @@ from rmsnorm_repro.runner import train_step
 from rmsnorm_repro.tasks import get_task_class
 from rmsnorm_repro.tasks.translation.data import collate
 
-CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
+CONFIGS = str(Path(__file__).resolve().parents[2] / "configs")
 # a small language and tiny models, so a few hundred CPU steps learn it
 TINY = ["task.synthetic.nouns=8", "task.synthetic.adjectives=4", "task.synthetic.verbs=4",
         "task.synthetic.max_adjectives=1", "task.synthetic.train=3000", "task.synthetic.valid=60",

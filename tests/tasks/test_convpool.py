@@ -20,7 +20,7 @@ from rmsnorm_repro.tasks import get_task_class
 from rmsnorm_repro.tasks.convpool import ConvPoolCNNC, ConvPoolTask
 from rmsnorm_repro.tasks.convpool import data as D
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 NORMS = ConvPoolTask.supported_norms
 
 

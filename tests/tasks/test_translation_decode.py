@@ -21,7 +21,7 @@ from rmsnorm_repro.tasks.translation.beam import DEFAULT_MAX_DECODE_LEN, beam_se
 from rmsnorm_repro.tasks.translation.data import Encoded
 from rmsnorm_repro.tasks.translation.vocab import BOS, EOS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = str(REPO / "configs")
 TINY = {
     "transformer": ["task.synthetic.nouns=6", "task.synthetic.adjectives=3", "task.synthetic.verbs=3",

@@ -14,7 +14,7 @@ from rmsnorm_repro.norms import (
 )
 from rmsnorm_repro.norms.base import SharedStepNorm
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 ALL = ("none", "layernorm", "rmsnorm", "prmsnorm", "l2norm", "weightnorm", "batchnorm")
 
 
