@@ -29,7 +29,7 @@ from . import record
 from .paths import configs_dir
 from .runner import ConfigError, run
 from .runner.config import scrub_yaml_file
-from .runner.signals import exit_if_sweep_worker, forward_to_workers
+from .runner.signals import forward_to_workers, stop_if_sweep_worker
 
 
 class RunFailed(Exception):
@@ -53,7 +53,8 @@ def _job(cfg: DictConfig) -> None:
     if hydra_cfg.mode == RunMode.MULTIRUN:
         scrub_yaml_file(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
     try:
-        summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"))
+        summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"),
+                      overrides=list(hydra_cfg.overrides.task))
     except (ConfigError, OmegaConfBaseException, OSError) as e:  # bad input, an unresolved interpolation, a full disk
         if os.environ.get("RMSNORM_FULL_ERROR") == "1" or isinstance(e, OSError) and e.errno != errno.ENOSPC:
             raise
@@ -65,9 +66,8 @@ def _job(cfg: DictConfig) -> None:
             raise SystemExit(2) from None  # past Hydra's own "Error executing job" report
         raise RunFailed(str(e)) from None  # a multirun goes on; Hydra re-raises this at its end
     if summary["status"] == "interrupted":
-        code = 128 + signal.Signals[summary["interrupted_by"]].value
-        exit_if_sweep_worker(code)
-        raise SystemExit(code)
+        stop_if_sweep_worker()
+        raise SystemExit(128 + signal.Signals[summary["interrupted_by"]].value)
 
 
 def one_line(message: str) -> str:

@@ -40,7 +40,7 @@ from ..record import check_summary
 
 # Config keys that never define a group: where outputs go, how they are logged, and the seed.
 NOT_SWEPT = ("seed", "paths.", "logger.", "hydra.", "device", "train.max_minutes", "train.checkpoint_every",
-             "train.log_every")
+             "train.log_every", "overrides")
 # Rows and curves follow the paper's order of methods.
 NORM_ORDER = ("none", "batchnorm", "weightnorm", "l2norm", "layernorm", "rmsnorm", "prmsnorm")
 # A status whose numbers are real: completed runs, and diverged runs for their step time only.

@@ -36,14 +36,16 @@ from .step import train_step
 RUNNER_KEYS = ("step", "wall_s", "loss", "step_ms", "lr", "examples_per_s", "tokens_per_s")
 
 
-def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> dict[str, Any]:
+def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None,
+        overrides: list[str] | None = None) -> dict[str, Any]:
     """Train cfg's task in run_dir (resuming if it holds a checkpoint) and return the summary.
 
-    Bad input raises ConfigError before anything is written. Under torchrun (or a SLURM job with
+    Bad input raises ConfigError before anything is written. `overrides`, the command line's, are
+    noted in config.yaml (a sweep job's folder name may be a shortened form of them). Under torchrun (or a SLURM job with
     several tasks) every process calls this and they train one model with DDP (distributed.py):
     rank 0 alone writes files and logs, every rank returns the summary.
     """
-    plan = prepare(cfg, Path(run_dir), experiment)
+    plan = prepare(cfg, Path(run_dir), experiment, overrides)
     try:
         if plan.finished is not None:
             log.info(f"{plan.run_dir} is finished: nothing to do")

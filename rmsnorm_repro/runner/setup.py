@@ -46,6 +46,7 @@ class Plan:
     device: torch.device
     precision: str  # fp32 | bf16 | fp16
     lock: RunDirLock | None  # held by rank 0 until the run ends
+    overrides: list[str]  # the command line's, secrets scrubbed: noted in config.yaml
     resume_from: Path | None = None
     saved_config: dict[str, Any] | None = None  # the run directory's config.yaml, when it has one
     finished: dict[str, Any] | None = None  # the summary of a run this command already finished
@@ -80,7 +81,7 @@ class Run:
         return self.plan.run_dir
 
 
-def prepare(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> Plan:
+def prepare(cfg: DictConfig, run_dir: Path, experiment: str | None = None, overrides: list[str] | None = None) -> Plan:
     """Check cfg against everything that can be checked before training; raise ConfigError if bad."""
     run_dir = Path(run_dir)
     check_config(cfg)
@@ -101,7 +102,7 @@ def prepare(cfg: DictConfig, run_dir: Path, experiment: str | None = None) -> Pl
     device = resolve_device(cfg.device)
     mixed = precision.check(cfg.train.get("precision", "fp32"), device)
     lock = RunDirLock(run_dir) if world.main else None
-    plan = Plan(cfg, run_dir, experiment, cls, norms, config, device, mixed, lock)
+    plan = Plan(cfg, run_dir, experiment, cls, norms, config, device, mixed, lock, scrub(list(overrides or [])))
     try:
         guard_resume(plan)
     except BaseException:
@@ -152,7 +153,7 @@ def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
     metrics, wandb = None, None
     if world.main:
         plan.run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(plan.run_dir, plan.config)
+        write_config(plan.run_dir, plan.config, plan.overrides)
         metrics = MetricsFile(plan.run_dir / "metrics.jsonl", state.step)
         wandb = WandbLogger(cfg, plan.config, plan.run_dir, plan.experiment) if cfg.logger.name == "wandb" else None
     params = [p for p in raw_model.parameters() if p.requires_grad]
@@ -319,8 +320,9 @@ def _lock_holder(path: Path) -> int | None:
     return None
 
 
-def write_config(run_dir: Path, config: dict[str, Any]) -> None:
-    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
+def write_config(run_dir: Path, config: dict[str, Any], overrides: list[str]) -> None:
+    """config.yaml: the resolved config, and the overrides it came from (record.RECORD_ONLY)."""
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create({**config, "overrides": overrides})))
 
 
 def environment(run: Run) -> dict[str, Any]:

@@ -4,7 +4,7 @@ A run (stop_requests) checkpoints after the current step, or cuts its evaluation
 batches, and exits 128 + signal. A sweep whose jobs run in worker processes (launcher=joblib,
 local_parallel) asks each of them to stop (forward_to_workers), waits for their checkpoints, and
 exits: no worker keeps training as an orphan, and no further job starts. A worker whose job was
-interrupted exits with it (exit_if_sweep_worker), so the sweep's wait ends as soon as they have
+interrupted parks itself (stop_if_sweep_worker), so the sweep's wait ends as soon as they have
 checkpointed. Ctrl-C reaches a sweep's workers twice (the terminal signals the whole process group,
 and the sweep passes it on): the sweep passes SIGTERM, so that only a second Ctrl-C kills.
 """
@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from typing import Any, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -59,15 +60,17 @@ def forward_to_workers() -> None:
         for proc in workers:
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(workers, timeout=WORKER_GRACE_S)
-        for proc in alive + trackers:
+        deadline = time.monotonic() + WORKER_GRACE_S
+        while time.monotonic() < deadline and any(_busy(p) for p in workers):
+            time.sleep(0.05)
+        alive = [p for p in workers if _busy(p)]
+        for proc in workers + trackers:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         lost = (f"; {len(alive)} did not stop within {WORKER_GRACE_S} s and were killed: their runs resume from "
                 "their last periodic checkpoint" if alive else "")
-        print(f"{signal.Signals(signum).name}: the sweep stopped; {len(workers) - len(alive)} worker process(es) "
-              f"checkpointed their runs (summary status interrupted){lost}. Finished runs are kept: rerun the same "
-              "command to resume", flush=True)
+        print(f"{signal.Signals(signum).name}: the sweep stopped; its running jobs checkpointed their runs (summary "
+              f"status interrupted){lost}. Finished runs are kept: rerun the same command to resume", flush=True)
         os._exit(128 + signum)  # past the launcher's pool, which would start the next jobs
 
     for sig in STOP_SIGNALS:
@@ -83,9 +86,20 @@ def _is_resource_tracker(proc) -> bool:
         return False
 
 
-def exit_if_sweep_worker(code: int) -> None:
-    """In a local sweep's worker process (a descendant of the sweep's main process), exit with the
-    interrupted job: the worker must not take the next job, and the sweep waits for it to end."""
+def _busy(proc) -> bool:
+    """A worker still running a job: neither ended nor parked by stop_if_sweep_worker."""
+    import psutil
+
+    try:
+        return proc.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
+        return False
+
+
+def stop_if_sweep_worker() -> None:
+    """In a local sweep's worker process (a descendant of the sweep's main process), after its job
+    was interrupted: park the process (SIGSTOP) until the sweep ends it. It must not take the next job,
+    and it must not exit either, or the pool would kill its sibling workers mid-checkpoint."""
     import psutil
 
     sweep = os.environ.get(SWEEP_PID_ENV)
@@ -93,5 +107,6 @@ def exit_if_sweep_worker(code: int) -> None:
         return
     with contextlib.suppress(psutil.Error, ValueError):
         if any(parent.pid == int(sweep) for parent in psutil.Process().parents()):
-            logging.shutdown()  # flush the job's log file
-            os._exit(code)
+            for handler in logging.getLogger().handlers:  # the job's log file is complete
+                handler.flush()
+            os.kill(os.getpid(), signal.SIGSTOP)

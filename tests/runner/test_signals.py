@@ -1,8 +1,10 @@
 """Stops from outside: a sweep's SIGTERM reaches its workers, a second Ctrl-C and a full disk are one
-line each. (A signal inside a run or its evaluation: test_runner_trust.py and test_cli.py.)"""
+line each. (A signal inside a run or its evaluation: test_resume.py, test_record.py and test_train_cli.py.)"""
 from __future__ import annotations
 
 import errno
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 
 from rmsnorm_repro import train
+from rmsnorm_repro.runner import checkpoint
 from runner_fixtures.helpers import REPO, SEARCHPATH, cli_args, cli_env
 
 
@@ -27,22 +30,38 @@ def _wait(predicate, timeout: float, proc) -> None:
     raise AssertionError("timed out")
 
 
-def test_sigterm_to_a_joblib_sweep_stops_its_workers(tmp_path):
+def _joblib_sweep(tmp_path):
+    """A 2-worker joblib sweep of four slow runs, in its own process group (as a terminal starts it),
+    once both workers are training."""
     args = cli_args("-m", "launcher=joblib", "hydra.launcher.n_jobs=2", "task=tiny", "seed=1,2,3,4",
                     "task.sleep_ms=100", "train.steps=2000", f"paths.runs_dir={tmp_path}")
-    proc = subprocess.Popen(args, env=cli_env(), cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    # two workers training (each has written metrics)
+    proc = subprocess.Popen(args, env=cli_env(), cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
     _wait(lambda: len(list(tmp_path.rglob("metrics.jsonl"))) >= 2 and
           all(p.stat().st_size > 0 for p in tmp_path.rglob("metrics.jsonl")), 120, proc)
-    workers = psutil.Process(proc.pid).children(recursive=True)
+    return proc, psutil.Process(proc.pid).children(recursive=True)
+
+
+# SIGTERM to the sweep alone (kill <pid>), to its whole process group (timeout, a job scheduler), and
+# Ctrl-C, which a terminal sends to the whole group: every running job checkpoints and leaves an
+# interrupted summary, within seconds, and no further job starts
+@pytest.mark.parametrize(("signum", "group"), [(signal.SIGTERM, False), (signal.SIGTERM, True), (signal.SIGINT, True)])
+def test_a_stopped_joblib_sweep_checkpoints_every_running_job_within_seconds(tmp_path, signum, group):
+    proc, workers = _joblib_sweep(tmp_path)
     assert workers
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=90) == 128 + signal.SIGTERM
-    gone, alive = psutil.wait_procs(workers, timeout=5)
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signum) if group else proc.send_signal(signum)
+    assert proc.wait(timeout=90) == 128 + signum
+    assert time.monotonic() - t0 < 20  # not the 60 s grace: the workers end with their jobs
+    _, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive, [p.cmdline() for p in alive]
-    # the started runs checkpointed as interrupted; no third run started
-    summaries = list(tmp_path.rglob("summary.json"))
-    assert len(summaries) == 2 and all('"interrupted"' in p.read_text() for p in summaries)
+    assert "running jobs checkpointed their runs" in proc.stdout.read()
+    summaries = [json.loads(p.read_text()) for p in tmp_path.rglob("summary.json")]
+    assert len(summaries) == 2 and all(s["status"] == "interrupted" for s in summaries)
+    assert len(list(tmp_path.rglob("metrics.jsonl"))) == 2  # seeds 3 and 4 never started
+    for run_dir in (p.parent for p in tmp_path.rglob("summary.json")):
+        saved = checkpoint.load(run_dir / "checkpoints" / "last.pt")["step"]
+        assert saved == json.loads((run_dir / "summary.json").read_text())["steps"]
 
 
 def test_a_second_ctrl_c_is_one_line(tmp_path):
