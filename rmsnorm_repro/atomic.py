@@ -4,14 +4,18 @@ new one, never half of one, and a kill mid-write leaves the old file intact.
     with atomic_path(run_dir / "checkpoints" / "last.pt") as tmp:
         torch.save(state, tmp)
     atomic_write_text(run_dir / "summary.json", text)
+    vocab = cached(cache_dir / "spm" / "x.model", read=Vocab, build=train_into)  # a cache file, rebuilt if damaged
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -40,3 +44,17 @@ def _umask() -> int:
 def atomic_write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def cached(path: str | Path, read: Callable[[Path], T], build: Callable[[Path], None]) -> T:
+    """read(path) of a cache file; when it is missing, or damaged so that it does not read back (a disk
+    error, a copy cut short), build(tmp) writes it anew, atomically, with a log line for the damage."""
+    path = Path(path)
+    if path.exists():
+        try:
+            return read(path)
+        except Exception as e:  # noqa: BLE001 (whatever the reader says of a damaged file: rebuild it)
+            logging.getLogger(__name__).warning(f"cache file {path} is damaged ({type(e).__name__}): rebuilding it")
+    with atomic_path(path) as tmp:  # a concurrent run never reads half a file
+        build(tmp)
+    return read(path)

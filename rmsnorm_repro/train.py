@@ -55,19 +55,31 @@ def _job(cfg: DictConfig) -> None:
     try:
         summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"),
                       overrides=list(hydra_cfg.overrides.task))
-    except (ConfigError, OmegaConfBaseException, OSError) as e:  # bad input, an unresolved interpolation, a full disk
-        if os.environ.get("RMSNORM_FULL_ERROR") == "1" or isinstance(e, OSError) and e.errno != errno.ENOSPC:
+    except (ConfigError, OmegaConfBaseException, OSError) as e:  # bad input, an unresolved interpolation, a disk
+        if os.environ.get("RMSNORM_FULL_ERROR") == "1" or isinstance(e, OSError) and e.errno not in DISK_ERRORS:
             raise
-        if isinstance(e, OSError):
-            e = (f"no space left on the device while writing {e.filename or 'the run'}: free some space, "
-                 "then rerun the same command (it resumes from the last checkpoint)")
-        print(f"error: {one_line(str(e))}", file=sys.stderr, flush=True)
+        print(f"error: {one_line(disk_error_line(e) if isinstance(e, OSError) else str(e))}", file=sys.stderr, flush=True)
         if hydra_cfg.mode == RunMode.RUN:
             raise SystemExit(2) from None  # past Hydra's own "Error executing job" report
         raise RunFailed(str(e)) from None  # a multirun goes on; Hydra re-raises this at its end
     if summary["status"] == "interrupted":
         stop_if_sweep_worker()
         raise SystemExit(128 + signal.Signals[summary["interrupted_by"]].value)
+
+
+# a full disk, a read-only or forbidden folder: the user's to fix, one line each
+DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def disk_error_line(e: OSError) -> str:
+    where = e.filename or "the run's files"
+    if e.errno == errno.ENOSPC:
+        kept = " (the previous checkpoint is intact)" if str(where).endswith(".pt") else ""
+        return (f"no space left on the device while writing {where}{kept}: free some space, then rerun the same "
+                "command (it resumes from the last checkpoint)")
+    why = "the file system is read-only" if e.errno == errno.EROFS else "permission denied"
+    return (f"cannot write {where} ({why}): point paths.runs_dir (or hydra.run.dir) and paths.cache_dir at "
+            "folders you can write, or fix the folder's permissions")
 
 
 def one_line(message: str) -> str:
@@ -135,6 +147,11 @@ def main() -> None:
         if full_error:
             raise
         print(f"error: {one_line(str(e))}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except OSError as e:  # Hydra's own files (the run dir, .hydra/) on a full, read-only or forbidden disk
+        if full_error or e.errno not in DISK_ERRORS:
+            raise
+        print(f"error: {disk_error_line(e)}", file=sys.stderr, flush=True)
         sys.exit(2)
     except KeyboardInterrupt:  # a second Ctrl-C: the first one's checkpoint was not awaited
         print("error: interrupted again: stopped at once; the last checkpoint is kept (rerun the same "

@@ -39,7 +39,28 @@ def _environment(args) -> dict:
     }
 
 
+def _bad_arguments(args) -> str | None:
+    """What is wrong with the arguments, in one line, or None: checked before anything is timed or written."""
+    from ..norms import NORM_NAMES
+    from ..tasks import TASKS
+
+    for name in ("gru_rounds", "threads", "rounds", "step_rounds", "step_count"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
+    if not args.min_run_time > 0:
+        return f"--min-run-time must be a positive number of seconds, got {args.min_run_time}"
+    if not 0 < args.batch_fraction <= 1:
+        return f"--batch-fraction must be in (0, 1], got {args.batch_fraction}"
+    for flag, given, known in (("--tasks", args.tasks, TASKS), ("--norms", args.norms, NORM_NAMES)):
+        unknown = [n for n in given.split(",") if n and n not in known]
+        if unknown:
+            return f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(known)}"
+    return None
+
+
 def _write(out: Path, stem: str, env: dict, rows: list[dict], table: str, notes: list[str]) -> None:
+    if not rows:  # never replace a committed table with an empty one
+        raise SystemExit(f"error: nothing was measured for {stem}; {out / stem}.md and .json are left as they were")
     out.mkdir(parents=True, exist_ok=True)
     env = {**env, "load_avg": env.get("load_avg", os.getloadavg()[0])}  # others' processes share this machine
     (out / f"{stem}.json").write_text(json.dumps({"env": env, "notes": notes, "rows": rows}, indent=1) + "\n")
@@ -81,6 +102,10 @@ def main(argv: list[str] | None = None) -> int | None:
                     "gains; matmuls in bf16, which only CPUs with AMX or AVX512-BF16 run fast)")
     ap.add_argument("--out", default="results/speed")
     args = ap.parse_args(argv)
+    bad = _bad_arguments(args)
+    if bad:
+        print(f"error: {bad}", file=sys.stderr, flush=True)
+        return 2
     if args.gpu:
         from . import gpu
 

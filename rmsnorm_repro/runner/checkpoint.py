@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import random
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,14 +124,16 @@ def save(path: Path, state: dict[str, Any]) -> None:
     try:
         with atomic_path(path) as tmp:
             torch.save(state, tmp)
-    except RuntimeError as e:  # torch reports a full disk as a RuntimeError chained to the OSError
-        cause = e.__cause__ or e.__context__
-        while cause is not None and not isinstance(cause, OSError):
-            cause = cause.__cause__ or cause.__context__
-        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
-            raise OSError(errno.ENOSPC, f"no space left on the device (the previous {path.name} is intact)",
-                          str(path)) from None
+    except RuntimeError:  # torch reports a full disk as iostream errors, without an errno
+        if _disk_full(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path)) from None
         raise
+
+
+def _disk_full(path: Path) -> bool:
+    """Whether path's folder lacks the room of the checkpoint it replaces (1 MiB at least)."""
+    needed = max(1 << 20, path.stat().st_size if path.exists() else 0)
+    return shutil.disk_usage(path.parent).free < needed
 
 
 def load(path: Path, config: dict[str, Any] | None = None) -> dict[str, Any]:

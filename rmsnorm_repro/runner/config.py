@@ -20,6 +20,7 @@ SCHEDULES = ("constant", "inverse_sqrt", "linear_decay")
 OPTIMIZERS = ("adam", "adamw")
 # optim.clip_mode: how optim.clip is applied (runner/step.py clip_gradients)
 CLIP_MODES = ("global", "per_tensor", "global_sqrt")
+SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
 SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"}
 REDACTED = "<redacted>"
 
@@ -32,10 +33,11 @@ def _get(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.select(cfg, key, throw_on_missing=False)
 
 
-def _int(cfg: DictConfig, key: str, minimum: int) -> None:
+def _int(cfg: DictConfig, key: str, minimum: int, maximum: int | None = None) -> None:
     value = _get(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{key} must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
+        bound = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
+        raise ConfigError(f"{key} must be an integer {bound}, got {value!r}")
 
 
 def _number(cfg: DictConfig, key: str, low: float, high: float = math.inf, optional: bool = False,
@@ -61,7 +63,7 @@ def check_config(cfg: DictConfig) -> None:
     for key in ("task.name", "norm.name", "data.name"):
         if not isinstance(_get(cfg, key), str):
             raise ConfigError(f"{key} is missing: choose one with {key.split('.')[0]}=<name>")
-    _int(cfg, "seed", 0)
+    _int(cfg, "seed", 0, SEED_MAX)
     _int(cfg, "train.steps", 1)
     if "batch_size" in (_get(cfg, "train") or {}):  # token-batched tasks (Transformer) have none
         _int(cfg, "train.batch_size", 1)
@@ -73,6 +75,8 @@ def check_config(cfg: DictConfig) -> None:
     if _get(cfg, "train.early_stop_patience") is not None:
         _int(cfg, "train.early_stop_patience", 1)
     _number(cfg, "norm.p", 0.0, 1.0, low_open=True)
+    for key in _dropout_keys(_get(cfg, "task"), "task"):  # every task's dropout rates: probabilities
+        _number(cfg, key, 0.0, 1.0)
     if _get(cfg, "norm.eps") is not None:
         _number(cfg, "norm.eps", 0.0)
     if _get(cfg, "optim.name") not in OPTIMIZERS:
@@ -103,6 +107,18 @@ def check_config(cfg: DictConfig) -> None:
 
         if not torch.cuda.is_available():
             raise ConfigError(f"device={device} but CUDA is not available here; use device=auto or device=cpu")
+
+
+def _dropout_keys(node: Any, prefix: str) -> list[str]:
+    if not isinstance(node, DictConfig):
+        return []
+    keys = []
+    for name in node.keys():
+        child = OmegaConf.select(node, str(name), throw_on_missing=False)
+        if str(name).endswith("dropout") and not isinstance(child, DictConfig):
+            keys.append(f"{prefix}.{name}")
+        keys += _dropout_keys(child, f"{prefix}.{name}")
+    return keys
 
 
 def check_data_root(cfg: DictConfig) -> None:

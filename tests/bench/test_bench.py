@@ -223,3 +223,31 @@ def test_beam_script_times_both_ways_and_checks_they_agree():
     assert out.returncode == 0, out.stderr[-2000:]
     for row in ("| transformer | left in place |", "| transformer | reordered every step |", "| rnnsearch | left in place |"):
         assert row in out.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "--tasks", "transfomer"], "--tasks: unknown transfomer; choose from convpool, rnnsearch"),
+    (["--steps", "--norms", "rmsnrom"], "--norms: unknown rmsnrom; choose from batchnorm"),
+    (["--kernels", "--rounds", "0"], "--rounds must be at least 1, got 0"),
+    (["--steps", "--step-count", "0"], "--step-count must be at least 1, got 0"),
+    (["--steps", "--batch-fraction", "0"], "--batch-fraction must be in (0, 1], got 0.0"),
+])
+def test_bad_bench_arguments_are_one_line_exit_2_and_leave_the_tables_alone(tmp_path, capsys, argv, message):
+    from rmsnorm_repro.bench import __main__ as bench
+
+    table = tmp_path / "steps-cpu-tuned.md"
+    table.write_text("the committed table\n")
+    assert bench.main([*argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
+    assert table.read_text() == "the committed table\n" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_bench_that_measures_nothing_never_overwrites_a_table(tmp_path):
+    from rmsnorm_repro.bench import __main__ as bench
+
+    table = tmp_path / "steps-cpu-tuned.md"
+    table.write_text("the committed table\n")
+    with pytest.raises(SystemExit, match="nothing was measured.*left as they were"):
+        bench._write(tmp_path, "steps-cpu-tuned", {}, [], "", [])
+    assert table.read_text() == "the committed table\n"

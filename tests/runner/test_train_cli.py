@@ -38,6 +38,8 @@ def test_a_hydra_composition_error_is_one_line_on_stderr_and_exit_2(tmp_path):
     (["task=tiny", "task.class_path=runner_fixtures.tiny_task:TinyStrictTask", "data=tinyreal", "paths.data_dir=/nonexistent"],
      "error: data.root=/nonexistent/tinyreal does not exist: put the tinyreal files there or point data.root at them"),
     (["task=tiny", "data=nosuch"], "error: Could not find 'data/nosuch'; Available options in 'data': "),
+    (["task=tiny", "task.dropout=nan"], "error: task.dropout must be a finite number in [0, 1], got nan"),
+    (["task=tiny", f"seed={2**32}"], f"error: seed must be an integer in [0, {2**32 - 1}], got {2**32}"),
 ])
 def test_bad_input_through_main_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, overrides, message):
     """The same entry point in-process (a subprocess each would cost seconds): Hydra's logging off."""

@@ -213,3 +213,19 @@ def test_subset_keeps_the_chosen_sentences_in_order():
     sub = subset(enc, np.array([3, 1, 2]))
     assert [sub.src_ids(i).tolist() for i in range(3)] == [[8, 9, 10], [6, 7], []]
     assert [sub.tgt_ids(i).tolist() for i in range(3)] == [[15], [13], [14]]
+
+
+def test_damaged_tokenizer_and_corpus_caches_are_rebuilt_with_a_log_line(tmp_path, caplog):
+    cfg = run_cfg(tmp_path, max_len=30)
+    first = TranslationData(cfg, "tokens", 300)
+    model, = (tmp_path / "cache" / "spm").glob("*.model")
+    corpora = sorted((tmp_path / "cache" / "tokenized").glob("*.pt"))
+    assert corpora
+    model.write_bytes(b"not a sentencepiece model")
+    for path in corpora:
+        path.write_bytes(path.read_bytes()[:100])  # a copy cut short
+    with caplog.at_level("WARNING"):
+        again = TranslationData(cfg, "tokens", 300)
+    damaged = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]
+    assert len(damaged) == 1 + len(corpora) and all("rebuilding it" in m for m in damaged)
+    assert all(torch.equal(first.train_batch(3)[k], again.train_batch(3)[k]) for k in first.train_batch(3))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor
-from ...atomic import atomic_path
+from ...atomic import cached
 
 # ---------------------------------------------------------------------------------------------------
 # CIFAR-10
@@ -84,14 +84,21 @@ def zca_whitener(train_u8: Tensor, eps: float, cache_dir: str | os.PathLike | No
     """fit_zca on the scaled training images, cached under cache_dir keyed by a hash of the data and eps."""
     key = hashlib.sha256(train_u8.cpu().numpy().tobytes() + repr(float(eps)).encode()).hexdigest()[:16]
     path = Path(cache_dir) / "convpool" / f"zca-{key}.pt" if cache_dir is not None else None
-    if path is not None and path.exists():
-        saved = torch.load(path, map_location=train_u8.device, weights_only=True)
+    def fit() -> tuple[Tensor, Tensor]:
+        return fit_zca(scale_pixels(train_u8).flatten(1), eps)
+
+    if path is None:
+        return fit()
+
+    def read(p: Path) -> tuple[Tensor, Tensor]:
+        saved = torch.load(p, map_location=train_u8.device, weights_only=True)
         return saved["mean"], saved["w"]
-    mean, w = fit_zca(scale_pixels(train_u8).flatten(1), eps)
-    if path is not None:
-        with atomic_path(path) as tmp:  # a concurrent run never reads half a file
-            torch.save({"mean": mean.cpu(), "w": w.cpu()}, tmp)
-    return mean, w
+
+    def build(tmp: Path) -> None:
+        mean, w = fit()
+        torch.save({"mean": mean.cpu(), "w": w.cpu()}, tmp)
+
+    return cached(path, read, build)
 
 
 def whiten(x_u8: Tensor, mean: Tensor, w: Tensor, chunk: int = 10000) -> Tensor:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...atomic import atomic_path
+from ...atomic import atomic_path, cached
 from ..base import read_lines as read_file_lines
 from . import synthetic
 from .vocab import BOS, EOS, PAD, Vocab, build_vocab, corpus_hash
@@ -360,12 +360,10 @@ class TranslationData:
         self.buckets = make_buckets(self.train.src_len, self.train.tgt_len, batching, int(batch_size))
 
     def _encode(self, pair: Pair, path: Path) -> Encoded:
-        if path.exists():
-            return Encoded.from_state(torch.load(path, weights_only=True))
-        enc = Encoded(self.vocab.encode(pair[0]), self.vocab.encode(pair[1]))
-        with atomic_path(path) as tmp:
-            torch.save(enc.state(), tmp)
-        return enc
+        def build(tmp: Path) -> None:
+            torch.save(Encoded(self.vocab.encode(pair[0]), self.vocab.encode(pair[1])).state(), tmp)
+
+        return cached(path, lambda p: Encoded.from_state(torch.load(p, weights_only=True)), build)
 
     def _encode_eval(self, name: str, pair: Pair, cut: int) -> Encoded:
         """An evaluation split, each side cut to `cut` subwords (said once in the log when any is)."""

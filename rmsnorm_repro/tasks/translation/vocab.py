@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import sentencepiece as spm
-from ...atomic import atomic_path
+from ...atomic import cached
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -73,8 +73,8 @@ def build_vocab(
     settings = f"bpe|v{vocab_size}|n{max_sentences}|s{seed}|cov1.0|nmt_nfkc"
     key = hashlib.sha256(f"{corpus_key}|{settings}".encode()).hexdigest()[:16]
     path = Path(cache_dir) / "spm" / f"{key}.model"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def train(tmp: Path) -> None:
         proto = io.BytesIO()
         spm.set_random_generator_seed(seed)  # the input sample of big corpora is reproducible
         spm.SentencePieceTrainer.train(
@@ -90,9 +90,9 @@ def build_vocab(
             num_threads=max(1, os.cpu_count() or 1),
             minloglevel=2,
         )
-        with atomic_path(path) as tmp:  # concurrent runs never read a half-written model
-            tmp.write_bytes(proto.getvalue())
-    return Vocab(path)
+        tmp.write_bytes(proto.getvalue())
+
+    return cached(path, Vocab, train)
 
 
 def _joint(src: Sequence[str], tgt: Sequence[str]) -> Iterable[str]:
