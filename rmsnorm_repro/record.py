@@ -216,8 +216,14 @@ def fingerprint(config: dict[str, Any]) -> str:
 
 # summary.json -------------------------------------------------------------------------------------
 STATUSES = ("completed", "diverged", "interrupted", "failed")
-# keys every summary has, from version 1 on
+# keys every summary has, from version 1 on (README "Runs, resume and sweeps" lists them all)
 SUMMARY_KEYS = ("task", "norm", "p", "seed", "data", "scale", "status", "steps", "final", "best")
+# their shapes where present (null is always allowed): objects, numbers, and the scalars a logger shows
+SUMMARY_OBJECTS = ("final", "best", "env")
+SUMMARY_NUMBERS = ("steps", "p", "seed", "s_per_1k_steps", "step_ms_median", "step_ms_mean", "step_ms_q1", "step_ms_q3")
+SUMMARY_SCALARS = ("status", "steps", "step_ms_median", "step_ms_mean", "s_per_1k_steps", "s_per_1k_steps_ci95",
+                   "selected_step", "selection", "diverged_at", "interrupted_by", "stopped_by", "wall_s",
+                   "examples_per_s", "tokens_per_s")
 
 
 class RecordError(ValueError):

@@ -124,6 +124,20 @@ def _missing_task_scale(line: str) -> str | None:
 
 
 def main() -> None:
+    # the variables _main sets for this process and its job processes; restored after, so an
+    # in-process caller (the tests, a notebook) keeps its own
+    saved = {name: os.environ.get(name) for name in ("HYDRA_FULL_ERROR", "RMSNORM_FULL_ERROR", record.SWEPT_ENV)}
+    try:
+        _main()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _main() -> None:
     # Let Hydra's exceptions reach us (instead of its multi-line report) unless the user asks for them.
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"

@@ -24,7 +24,7 @@ from rmsnorm_repro import paths
 from rmsnorm_repro.report import table1 as t1
 from rmsnorm_repro.report.__main__ import main as report_main
 from runner_fixtures.helpers import REPO
-from test_report import write_fake_runs
+from runner_fixtures.fake_runs import write_fake_runs
 
 TINY_CONVPOOL = ["task=convpool", "train.steps=2", "scale=mini", "device=cpu", "norm.impl=reference",
                  "train.eval_every=2", "train.batch_size=8", "task.synthetic.train_size=64", "task.synthetic.test_size=32",

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from test_report import write_fake_runs, write_run
+from runner_fixtures.fake_runs import write_fake_runs, write_run
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "compare_runs.ipynb"
 

@@ -36,7 +36,7 @@ from typing import Any, Iterable
 import numpy as np
 import yaml
 
-from ..record import check_summary
+from ..record import SUMMARY_NUMBERS, SUMMARY_OBJECTS, check_summary
 
 # Config keys that never define a group: where outputs go, how they are logged, and the seed.
 NOT_SWEPT = ("seed", "paths.", "logger.", "hydra.", "device", "train.max_minutes", "train.checkpoint_every",
@@ -225,9 +225,6 @@ def _kind(value: Any) -> str:
                                                                    type(value).__name__)
 
 
-# keys of summary.json the report reads, and what each must be when present (null is always allowed)
-_OBJECTS = ("final", "best", "env")
-_NUMBERS = ("steps", "p", "seed", "s_per_1k_steps", "step_ms_median", "step_ms_mean", "step_ms_q1", "step_ms_q3")
 
 
 def read_summary(path: Path) -> dict[str, Any]:
@@ -240,10 +237,10 @@ def read_summary(path: Path) -> dict[str, Any]:
     if not isinstance(summary, dict):
         raise ValueError(f"{path} holds {_kind(summary)}, not a JSON object; delete that run or rerun it")
     summary = check_summary(summary, path)  # a version this suite reads, or one line why not
-    for key in _OBJECTS:
+    for key in SUMMARY_OBJECTS:
         if summary.get(key) is not None and not isinstance(summary[key], dict):
             raise ValueError(f'{path}: "{key}" is {_kind(summary[key])}, not an object; delete that run or rerun it')
-    for key in _NUMBERS:
+    for key in SUMMARY_NUMBERS:
         if summary.get(key) is not None and not _is_number(summary[key]):
             raise ValueError(f'{path}: "{key}" is {_kind(summary[key])}, not a number; delete that run or rerun it')
     ci = summary.get("s_per_1k_steps_ci95")

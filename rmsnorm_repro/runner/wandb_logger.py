@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from ..record import metric_goal
+from ..record import SUMMARY_SCALARS, metric_goal
 from .config import ConfigError, scrub
 from .files import finite_or_none
 
@@ -171,9 +171,7 @@ class WandbLogger:
         self.log(finite_or_none(extra), step=int(record["step"]))
 
     def summary(self, summary: dict[str, Any]) -> None:
-        for key in ("status", "steps", "step_ms_median", "step_ms_mean", "s_per_1k_steps", "s_per_1k_steps_ci95",
-                    "selected_step", "selection", "diverged_at", "interrupted_by", "wall_s",
-                    "examples_per_s", "tokens_per_s"):
+        for key in SUMMARY_SCALARS:
             if summary.get(key) is not None:
                 self.run.summary[key] = summary[key]
         for key, value in (summary.get("final") or {}).items():

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from rmsnorm_repro.report import aggregate, figures
 from rmsnorm_repro.report.__main__ import main as report_main
-from test_report import write_fake_runs, write_run
+from runner_fixtures.fake_runs import write_fake_runs, write_run
 
 
 def test_a_curve_of_one_point_is_drawn_with_a_marker_and_integer_steps(tmp_path: Path):

@@ -35,7 +35,7 @@ def _error_lines(stderr: str) -> list[str]:
 def test_a_disk_that_fills_while_saving_a_checkpoint_is_one_line_and_the_last_checkpoint_survives(tmp_path):
     with tmpfs(tmp_path / "disk", "size=512k") as disk:
         run_dir = disk / "run"
-        args = cli_args("task=tiny", "train.steps=400", "task.sleep_ms=20", "train.checkpoint_every=10",
+        args = cli_args("task=tiny", "train.steps=60", "task.sleep_ms=20", "train.checkpoint_every=10",
                         "train.eval_every=1000", f"hydra.run.dir={run_dir}", f"paths.runs_dir={disk}")
         proc = subprocess.Popen(args, env=cli_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         last = run_dir / "checkpoints" / "last.pt"
@@ -56,7 +56,7 @@ def test_a_disk_that_fills_while_saving_a_checkpoint_is_one_line_and_the_last_ch
         (disk / "filler").unlink()
         proc = cli(*args[args.index("task=tiny"):], timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert read_summary(run_dir)["status"] == "completed" and read_summary(run_dir)["steps"] == 400
+        assert read_summary(run_dir)["status"] == "completed" and read_summary(run_dir)["steps"] == 60
 
 
 def test_a_read_only_runs_folder_is_one_line(tmp_path):

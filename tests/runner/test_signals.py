@@ -77,7 +77,6 @@ def test_a_second_ctrl_c_is_one_line(tmp_path):
 
 
 def test_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # an earlier main() in this process set it
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "metrics.jsonl"))
 

@@ -25,10 +25,10 @@ from omegaconf import OmegaConf
 from rmsnorm_repro.report.__main__ import main as report_main
 from rmsnorm_repro.report.__main__ import markdown_tables
 from rmsnorm_repro.runner import ConfigError, run
-from rmsnorm_repro.runner import logs
+from rmsnorm_repro.runner import wandb_logger
 from rmsnorm_repro.train import main
 from runner_fixtures.helpers import REPO, cli_args, read_summary, tiny
-from test_report import write_fake_runs
+from runner_fixtures.fake_runs import write_fake_runs
 
 README = (REPO / "README.md").read_text()
 
@@ -85,7 +85,7 @@ def test_a_run_declares_its_metrics_and_keeps_one_wandb_id_across_resumes(tmp_pa
 def test_wall_clock_throughput_and_summary_reach_wandb(tmp_path, fake_wandb):
     cfg = tiny(tmp_path, "logger=wandb", "logger.mode=offline")
     (tmp_path / "r").mkdir()
-    logger = logs.WandbLogger(cfg, {}, tmp_path / "r", None)
+    logger = wandb_logger.WandbLogger(cfg, {}, tmp_path / "r", None)
     logger.log_line({"step": 40, "wall_s": 12.5, "loss": 0.5, "step_ms": 3.0, "lr": 0.01, "examples_per_s": 900.0},
                     {"bleu": 3.4, "loss": 2.0})
     _, record, step = fake_wandb[-1]
@@ -113,7 +113,7 @@ def wandb_home(tmp_path, monkeypatch):
     for var, value in {"HOME": tmp_path, "NETRC": tmp_path / "netrc", "WANDB_CONFIG_DIR": tmp_path / "wcfg",
                        "WANDB_BASE_URL": f"http://127.0.0.1:{port}", "WANDB_SILENT": "true"}.items():
         monkeypatch.setenv(var, str(value))
-    monkeypatch.setattr(logs, "_reachable", {})
+    monkeypatch.setattr(wandb_logger, "_reachable", {})
     wandb.teardown()  # wandb caches its settings per process
     yield types.SimpleNamespace(port=port, netrc=tmp_path / "netrc", url=f"http://127.0.0.1:{port}")
     wandb.teardown()
@@ -121,16 +121,16 @@ def wandb_home(tmp_path, monkeypatch):
 
 def test_login_is_read_through_wandb_and_a_server_that_is_not_there_fails_in_seconds(tmp_path, wandb_home):
     online = OmegaConf.create({"mode": "online"})
-    assert not logs._has_wandb_key()
+    assert not wandb_logger._has_wandb_key()
     with pytest.raises(ConfigError, match="wandb online mode needs an API key.*wandb login"):
-        logs.wandb_mode(online)
+        wandb_logger.wandb_mode(online)
     # `wandb login --host <url>` writes the key under the host and port of that url
     wandb_home.netrc.write_text(f"machine 127.0.0.1:{wandb_home.port}\n  login user\n  password {'k' * 40}\n")
     wandb_home.netrc.chmod(0o600)
-    assert logs._has_wandb_key()
+    assert wandb_logger._has_wandb_key()
     start = time.perf_counter()
     with pytest.raises(ConfigError) as info:
-        logs.wandb_mode(online)
+        wandb_logger.wandb_mode(online)
     assert time.perf_counter() - start < 5
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"wandb online mode cannot reach {wandb_home.url} (")
@@ -147,9 +147,9 @@ def test_a_server_that_never_answers_times_out():
         server.listen(1)
         url = f"http://127.0.0.1:{server.getsockname()[1]}"
         start = time.perf_counter()
-        reason = logs._unreachable(url, timeout=0.5)
+        reason = wandb_logger._unreachable(url, timeout=0.5)
         assert reason is not None and time.perf_counter() - start < 3
-    logs._reachable.pop(url, None)
+    wandb_logger._reachable.pop(url, None)
 
 
 # Offline: the folders a sweep leaves, and the README's sync command ----------------------------------
