@@ -6,7 +6,7 @@ SCALE ?= mini
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test demo table1 speed speed-gpu notebook data-wmt14 data-cifar10 data-multi30k
+.PHONY: install test test-fast demo table1 speed speed-gpu notebook data-wmt14 data-cifar10 data-multi30k
 
 install: $(VENV)/.installed
 
@@ -19,6 +19,10 @@ $(VENV)/.installed: pyproject.toml setup.py
 
 test: install
 	$(PY) -m pytest
+
+# The tests that train for no more than a few seconds (under 3 minutes on 2 cores): `slow` marks the rest.
+test-fast: install
+	$(PY) -m pytest -m "not slow"
 
 # The offline mini reproduction of every table and figure: results/mini/REPORT.md (~15 min, 2 cores).
 # Refreshes the committed report and figures under results/mini/.
