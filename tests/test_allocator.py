@@ -21,6 +21,7 @@ FAULTS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_tuned_allocator_reuses_large_blocks_without_page_faults():
     faults = {}

@@ -37,6 +37,7 @@ def _run(args: list, cwd: Path, env: dict | None = None, timeout: float = 180) -
     return proc
 
 
+@pytest.mark.slow
 def test_a_wheel_ships_configs_and_paper_numbers_and_runs_from_anywhere(tmp_path):
     # 1. the wheel, built from a copy of what git tracks for it
     src = tmp_path / "src"

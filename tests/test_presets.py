@@ -18,6 +18,8 @@ import pytest
 from runner_fixtures.helpers import CONFIGS, REPO, cli, cli_env
 from tiny_sizes import tiny_overrides
 
+pytestmark = pytest.mark.slow  # every test here trains real runs
+
 PRESETS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 # presets that train another preset's sweep (same runs, same directories: test_experiments.SHARED)
 SHARES = {"table3": "table2", "table5": "table2", "fig1": "table2", "table8": "table7", "table10": "table9"}

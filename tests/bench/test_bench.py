@@ -89,6 +89,7 @@ GPU_CHECK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_gpu_check_runs_on_cpu_with_the_triton_interpreter(ext, tmp_path):
     """Every part of `make speed-gpu` on CPU: Triton exactness in fp32/bf16/fp16 (and fp32 gains beside
     bf16/fp16 x) against float64, the module's choice, the kernel table, the per-step table, the report."""
@@ -190,6 +191,7 @@ def test_bf16_kernel_table_takes_autocasts_mix(ext):
     assert all(r["ms"] > 0 for r in rows)
 
 
+@pytest.mark.slow
 def test_bf16_step_table_runs_the_step_under_autocast(tmp_path, monkeypatch):
     from rmsnorm_repro.bench import __main__ as bench, steps
 
@@ -216,6 +218,7 @@ def test_bf16_step_table_runs_the_step_under_autocast(tmp_path, monkeypatch):
 
 
 # The beam script ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_beam_script_times_both_ways_and_checks_they_agree():
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_beam.py"), "--sentences", "2", "--rounds", "1",

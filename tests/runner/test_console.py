@@ -108,6 +108,7 @@ def _run_on_a_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
     return code, b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_a_terminal_run_shows_a_bar_and_logs_eval_lines_to_its_file_in_a_dir_named_by_its_overrides(tmp_path):
     code, screen = _run_on_a_terminal(cli_args("task=tiny", "train.steps=20", "train.eval_every=10", "optim.lr=0.02",
                                                f"paths.runs_dir={tmp_path}"), REPO)

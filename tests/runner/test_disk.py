@@ -15,6 +15,8 @@ import pytest
 from rmsnorm_repro.runner import checkpoint
 from runner_fixtures.helpers import REPO, cli, cli_args, cli_env, read_summary
 
+pytestmark = pytest.mark.slow  # every test here trains real runs
+
 
 @contextlib.contextmanager
 def tmpfs(where: Path, options: str):

@@ -74,6 +74,7 @@ def ddp_run(cfg, run_dir):
     return {k: summary[k] for k in ("status", "steps", "final")} | {"interrupted_by": summary.get("interrupted_by")}
 
 
+@pytest.mark.slow
 def test_two_ranks_train_like_one_process_and_resume_under_torchrun(tmp_path, compose):
     reference = run(compose(["task=tiny", f"paths.runs_dir={tmp_path / 'one'}", *DDP]), tmp_path / "one" / "run")  # one process, global batch 32
     run_dir = tmp_path / "ddp" / RUN
@@ -197,6 +198,7 @@ def test_one_process_is_not_distributed(monkeypatch):
         distributed.world_from_environment()
 
 
+@pytest.mark.slow
 def test_local_parallel_multirun_runs_ddp_jobs_through_submitit(tmp_path):
     # two jobs of one sweep, each a 2-process DDP run set up from submitit's job environment
     # (the path a SLURM job with tasks_per_node = GPUs takes)

@@ -34,6 +34,7 @@ def test_resume_to_more_steps_that_would_splice_the_schedule_is_refused(tmp_path
     assert read_summary(tmp_path / "r")["steps"] == 40  # left alone
 
 
+@pytest.mark.slow
 def test_resume_to_more_steps_before_the_schedule_depends_on_them_equals_a_fresh_run(tmp_path, tiny_cfg):
     # a 40-step run stopped (SIGTERM) before step 20, where its decay starts, continued to 60 steps:
     # every step it trained had the lr and beta1 of a 60-step run, so it equals a fresh one
@@ -65,6 +66,7 @@ def _hold(run_dir, started, release):
     run(cfg, run_dir)
 
 
+@pytest.mark.slow
 def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path, tiny_cfg):
     ctx = mp.get_context("spawn")
     started = ctx.Event()

@@ -45,6 +45,7 @@ def _joblib_sweep(tmp_path):
 # SIGTERM to the sweep alone (kill <pid>), to its whole process group (timeout, a job scheduler), and
 # Ctrl-C, which a terminal sends to the whole group: every running job checkpoints and leaves an
 # interrupted summary, within seconds, and no further job starts
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "group"), [(signal.SIGTERM, False), (signal.SIGTERM, True), (signal.SIGINT, True)])
 def test_a_stopped_joblib_sweep_checkpoints_every_running_job_within_seconds(tmp_path, signum, group):
     proc, workers = _joblib_sweep(tmp_path)
@@ -64,6 +65,7 @@ def test_a_stopped_joblib_sweep_checkpoints_every_running_job_within_seconds(tmp
         assert saved == json.loads((run_dir / "summary.json").read_text())["steps"]
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_is_one_line(tmp_path):
     args = cli_args("task=tiny", "task.sleep_ms=500", "train.steps=1000", "train.log_every=1", f"paths.runs_dir={tmp_path}")
     proc = subprocess.Popen(args, env=cli_env(), cwd=REPO, stderr=subprocess.PIPE, text=True)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rmsnorm_repro.record import MAX_NAME
 from runner_fixtures.helpers import cli, read_summary
+
+pytestmark = pytest.mark.slow  # every test here trains real runs
 
 
 def _runs(root):

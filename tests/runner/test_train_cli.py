@@ -71,6 +71,7 @@ def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: fl
     raise AssertionError(f"step {step} not reached in {timeout} s")
 
 
+@pytest.mark.slow
 def test_sigkill_sigterm_and_resume_end_like_an_uninterrupted_run(tmp_path):
     overrides = ["task=tiny", "train.steps=100", "train.log_every=1", "train.checkpoint_every=10", "train.eval_every=20"]
     reference = run(tiny(tmp_path / "ref", *overrides), tmp_path / "ref" / "run")
@@ -111,6 +112,7 @@ def test_sigkill_sigterm_and_resume_end_like_an_uninterrupted_run(tmp_path):
     assert resumed["final"] == reference["final"] and resumed["best"] == reference["best"]
 
 
+@pytest.mark.slow
 def test_multirun_goes_on_after_a_diverged_run(tmp_path):
     proc = cli("-m", "task=tiny", "optim.lr=1e30,0.01", "norm=none", "train.steps=10", f"paths.runs_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr
@@ -119,6 +121,7 @@ def test_multirun_goes_on_after_a_diverged_run(tmp_path):
     assert statuses == {"norm=none,optim.lr=1e+30": "diverged", "norm=none,optim.lr=0.01": "completed"}
 
 
+@pytest.mark.slow
 def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
     proc = cli("-m", "launcher=joblib", "task=tiny", "seed=1,2", "train.steps=5", f"paths.runs_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr
@@ -127,6 +130,7 @@ def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
     assert "Joblib.Parallel(n_jobs=2" in proc.stdout
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_keeps_secrets_out_of_every_file(tmp_path, monkeypatch):
     """Through main() in-process (wandb starts its own service process either way)."""
     wandb = pytest.importorskip("wandb")
@@ -153,6 +157,7 @@ def test_wandb_offline_run_keeps_secrets_out_of_every_file(tmp_path, monkeypatch
     assert [p for p in files if key.encode() in p.read_bytes() or literal.encode() in p.read_bytes()] == []
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (REPO / "rmsnorm_repro" / "tasks" / "convpool" / "task.py").exists(), reason="convpool task not here yet")
 def test_convpool_runs_through_the_cli(tmp_path):
     proc = cli("task=convpool", "norm=prmsnorm", "train.steps=4", "train.eval_every=2", "train.batch_size=8",

@@ -160,6 +160,7 @@ def _readme_sync_globs() -> tuple[str, str]:
     return single[1], sweep[1]
 
 
+@pytest.mark.slow
 def test_readme_sync_command_matches_a_resumed_sweeps_offline_folders(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     for var, value in {"WANDB_MODE": "offline", "WANDB_CONFIG_DIR": tmp_path / "wcfg", "WANDB_CACHE_DIR": tmp_path / "wcache",

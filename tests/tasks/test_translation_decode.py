@@ -289,6 +289,7 @@ def test_good_settings_pass_the_check(tmp_path):
             get_task_class(cfg.task.name).check_config(cfg)
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_a_bad_decode_setting_at_start(tmp_path):
     """Before: task.decode.beam=0 trained every step, then the final beam search crashed (rc 1)."""
     cmd = [sys.executable, "-m", "rmsnorm_repro.train", "task=transformer", "norm=layernorm", "task.decode.beam=0",
