@@ -147,11 +147,12 @@ RECORD_ONLY = ("overrides",)  # config.yaml's note of the command line, not part
 ABSENT = "<absent>"
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as {"dotted.key": leaf value}."""
     if isinstance(node, dict):
         out: dict[str, Any] = {}
         for k, v in node.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         return out
     return {prefix[:-1]: node}
 
@@ -184,7 +185,7 @@ class Changes:
 
 def changes(saved: dict[str, Any], new: dict[str, Any]) -> Changes:
     """Sort every key whose value differs between two resolved configs."""
-    a, b = _flatten(saved), _flatten(new)
+    a, b = flatten(saved), flatten(new)
     out = Changes()
     for key in sorted(set(a) | set(b)):
         old, now = a.get(key, ABSENT), b.get(key, ABSENT)
@@ -209,7 +210,7 @@ def changes(saved: dict[str, Any], new: dict[str, Any]) -> Changes:
 
 def fingerprint(config: dict[str, Any]) -> str:
     """A short hash of what a run trains: its config without the keys that may change on resume."""
-    kept = {k: v for k, v in _flatten(config).items()
+    kept = {k: v for k, v in flatten(config).items()
             if not _under(k, BUDGET + HARMLESS + EVAL_ONLY + SELECTION + RECORD_ONLY) and k != "device"}
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
 

@@ -36,7 +36,7 @@ from typing import Any, Iterable
 import numpy as np
 import yaml
 
-from ..record import SUMMARY_NUMBERS, SUMMARY_OBJECTS, check_summary
+from ..record import SUMMARY_NUMBERS, SUMMARY_OBJECTS, check_summary, flatten
 
 # Config keys that never define a group: where outputs go, how they are logged, and the seed.
 NOT_SWEPT = ("seed", "paths.", "logger.", "hydra.", "device", "train.max_minutes", "train.checkpoint_every",
@@ -266,13 +266,9 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for key, value in tree.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: json.dumps(tree, sort_keys=True)}
+def _flatten(tree: Any) -> dict[str, str]:
+    """dotted key -> its value as JSON text (comparable and hashable, lists included)."""
+    return {key: json.dumps(value, sort_keys=True) for key, value in flatten(tree).items()}
 
 
 def swept_keys(runs: list[Run]) -> list[str]:
