@@ -29,11 +29,25 @@ from . import record
 from .paths import configs_dir
 from .runner import ConfigError, run
 from .runner.config import scrub_yaml_file
-from .runner.signals import forward_to_workers, stop_if_sweep_worker
+from .runner.signals import forward_to_workers, in_sweep_worker, stop_if_sweep_worker
 
 
 class RunFailed(Exception):
     """A job's bad input, already reported on stderr (in a multirun Hydra re-raises it at the end)."""
+
+
+class RunInterrupted(Exception):
+    """A sweep job stopped by a signal of its own; the sweep ends with 128 + signal after its other jobs."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(code, message)  # both in args: the exception crosses a process (joblib pickles it)
+
+    @property
+    def code(self) -> int:
+        return self.args[0]
+
+    def __str__(self) -> str:
+        return self.args[1]
 
 
 # An absolute path: Hydra resolves a relative one against the caller's module, which differs between
@@ -63,8 +77,11 @@ def _job(cfg: DictConfig) -> None:
             raise SystemExit(2) from None  # past Hydra's own "Error executing job" report
         raise RunFailed(str(e)) from None  # a multirun goes on; Hydra re-raises this at its end
     if summary["status"] == "interrupted":
+        code = 128 + signal.Signals[summary["interrupted_by"]].value
         stop_if_sweep_worker()
-        raise SystemExit(128 + signal.Signals[summary["interrupted_by"]].value)
+        if in_sweep_worker():  # stopped on its own: the sweep's other jobs go on (an Exception, not an exit)
+            raise RunInterrupted(code, f"{run_dir} was interrupted by {summary['interrupted_by']}")
+        raise SystemExit(code)
 
 
 # a full disk, a read-only or forbidden folder: the user's to fix, one line each
@@ -157,6 +174,9 @@ def _main() -> None:
         _job()
     except RunFailed:
         sys.exit(2)
+    except RunInterrupted as e:
+        print(f"error: {e}; the sweep's other jobs ran: rerun the same command to resume it", file=sys.stderr, flush=True)
+        sys.exit(e.code)
     except (HydraException, OmegaConfBaseException) as e:
         if full_error:
             raise

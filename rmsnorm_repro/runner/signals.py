@@ -4,8 +4,9 @@ A run (stop_requests) checkpoints after the current step, or cuts its evaluation
 batches, and exits 128 + signal. A sweep whose jobs run in worker processes (launcher=joblib,
 local_parallel) asks each of them to stop (forward_to_workers), waits for their checkpoints, and
 exits: no worker keeps training as an orphan, and no further job starts. A worker whose job was
-interrupted parks itself (stop_if_sweep_worker), so the sweep's wait ends as soon as they have
-checkpointed. Ctrl-C reaches a sweep's workers twice (the terminal signals the whole process group,
+interrupted while the sweep stops parks itself (stop_if_sweep_worker), so the sweep's wait ends as
+soon as they have checkpointed; a job stopped on its own (a signal to that worker alone) ends as a
+single run does and the sweep goes on. Ctrl-C reaches a sweep's workers twice (the terminal signals the whole process group,
 and the sweep passes it on): the sweep passes SIGTERM, so that only a second Ctrl-C kills.
 """
 from __future__ import annotations
@@ -14,12 +15,20 @@ import contextlib
 import logging
 import os
 import signal
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 WORKER_GRACE_S = 60  # SLURM gives ~30-90 s between SIGTERM and SIGKILL
 SWEEP_PID_ENV = "RMSNORM_SWEEP_PID"  # the sweep's main process, for its workers
+STOP_NOTICE_WAIT_S = 1.0  # a worker Ctrl-C reached first waits this long for the sweep's stop notice
+
+
+def _stop_notice(sweep_pid: int | str) -> Path:
+    """The file a stopping sweep creates, so that its workers know the stop is the sweep's."""
+    return Path(tempfile.gettempdir()) / f"rmsnorm-sweep-{sweep_pid}.stopping"
 
 
 @contextlib.contextmanager
@@ -53,6 +62,8 @@ def forward_to_workers() -> None:
     os.environ[SWEEP_PID_ENV] = str(os.getpid())
 
     def handler(signum, frame):
+        notice = _stop_notice(os.getpid())
+        notice.touch()
         children = psutil.Process().children(recursive=True)
         # loky's resource tracker ignores SIGTERM by design and holds no run: it is simply ended
         trackers = [p for p in children if _is_resource_tracker(p)]
@@ -71,6 +82,7 @@ def forward_to_workers() -> None:
                 "their last periodic checkpoint" if alive else "")
         print(f"{signal.Signals(signum).name}: the sweep stopped; its running jobs checkpointed their runs (summary "
               f"status interrupted){lost}. Finished runs are kept: rerun the same command to resume", flush=True)
+        notice.unlink(missing_ok=True)
         os._exit(128 + signum)  # past the launcher's pool, which would start the next jobs
 
     for sig in STOP_SIGNALS:
@@ -96,17 +108,29 @@ def _busy(proc) -> bool:
         return False
 
 
-def stop_if_sweep_worker() -> None:
-    """In a local sweep's worker process (a descendant of the sweep's main process), after its job
-    was interrupted: park the process (SIGSTOP) until the sweep ends it. It must not take the next job,
-    and it must not exit either, or the pool would kill its sibling workers mid-checkpoint."""
+def in_sweep_worker() -> bool:
+    """Whether this process is a worker of a local sweep (a descendant of the sweep's main process)."""
     import psutil
 
     sweep = os.environ.get(SWEEP_PID_ENV)
     if sweep is None or sweep == str(os.getpid()):
-        return
+        return False
     with contextlib.suppress(psutil.Error, ValueError):
-        if any(parent.pid == int(sweep) for parent in psutil.Process().parents()):
-            for handler in logging.getLogger().handlers:  # the job's log file is complete
-                handler.flush()
-            os.kill(os.getpid(), signal.SIGSTOP)
+        return any(parent.pid == int(sweep) for parent in psutil.Process().parents())
+    return False  # a SLURM job: its own process, ended by the scheduler
+
+
+def stop_if_sweep_worker() -> None:
+    """In a local sweep's worker whose job the stopping sweep interrupted: park the process (SIGSTOP)
+    until the sweep ends it. It must not take the next job, and it must not exit either, or the pool
+    would kill its sibling workers mid-checkpoint. A job stopped on its own returns."""
+    if not in_sweep_worker():
+        return
+    deadline = time.monotonic() + STOP_NOTICE_WAIT_S
+    while not _stop_notice(os.environ[SWEEP_PID_ENV]).exists():
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.02)
+    for handler in logging.getLogger().handlers:  # the job's log file is complete
+        handler.flush()
+    os.kill(os.getpid(), signal.SIGSTOP)

@@ -90,3 +90,21 @@ def test_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: no space left") and "metrics.jsonl" in err[0]
+
+
+@pytest.mark.slow
+def test_a_job_stopped_on_its_own_ends_and_the_sweep_goes_on(tmp_path):
+    # SIGTERM to one worker alone (not the sweep): its run checkpoints as interrupted, the sweep runs the
+    # other jobs to their end and reports the stopped one
+    args = cli_args("-m", "launcher=joblib", "hydra.launcher.n_jobs=2", "task=tiny", "seed=1,2,3",
+                    "task.sleep_ms=20", "train.steps=150", f"paths.runs_dir={tmp_path}")
+    proc = subprocess.Popen(args, env=cli_env(), cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    _wait(lambda: any(p.stat().st_size > 0 for p in tmp_path.rglob("metrics.jsonl")), 120, proc)
+    [lock] = [p for p in tmp_path.rglob(".lock")][:1]
+    holder = next(w for w in psutil.Process(proc.pid).children(recursive=True)
+                  if any(f.path == str(lock) for f in w.open_files()))
+    holder.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM  # the stopped job decides the exit code
+    statuses = sorted(json.loads(p.read_text())["status"] for p in tmp_path.rglob("summary.json"))
+    assert statuses == ["completed", "completed", "interrupted"]
