@@ -10,13 +10,15 @@ rmsnorm_repro.paper to those folders). Every reader of those folders asks here, 
 and `rmsnorm-report` work from any directory after a plain `pip install`.
 
 Importing this module also registers the resolvers of the Hydra-side configs: `run_suffix`, which
-names a single run's directory (configs/train.yaml, hydra.run.dir), and `options_of`, which lists a
-group's options in --help (configs/hydra/help/rmsnorm.yaml): whoever finds the configs can resolve them.
+names a single run's directory (configs/train.yaml, hydra.run.dir), `options_of`, which lists a
+group's options in --help (configs/hydra/help/rmsnorm.yaml), and `python_bin` and `max`, which
+configs/launcher/slurm.yaml's job setup and task count read: whoever finds the configs can resolve them.
 """
 from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -90,11 +92,21 @@ def options_of(group: str) -> str:
     return ", ".join(sorted(names, key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", n)]))
 
 
+def python_bin() -> str:
+    """The bin/ folder of the Python running this process (a venv's .venv/bin): a SLURM job's setup puts
+    it first on PATH, resolved when the sweep is submitted (Hydra's ${hydra:...} is not set then)."""
+    return str(Path(sys.executable).parent)
+
+
 def _register() -> None:
     if not OmegaConf.has_resolver("run_suffix"):
         OmegaConf.register_new_resolver("run_suffix", _resolve_run_suffix)
     if not OmegaConf.has_resolver("options_of"):
         OmegaConf.register_new_resolver("options_of", options_of)
+    if not OmegaConf.has_resolver("python_bin"):
+        OmegaConf.register_new_resolver("python_bin", python_bin)
+    if not OmegaConf.has_resolver("max"):
+        OmegaConf.register_new_resolver("max", lambda *values: max(values))
 
 
 def _resolve_run_suffix(overrides: Any, exclude_keys: Any) -> str:

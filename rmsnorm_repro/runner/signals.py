@@ -4,6 +4,10 @@ A run (stop_requests) checkpoints after the current step, or cuts its evaluation
 batches, and exits 128 + signal. A sweep whose jobs run in worker processes (launcher=joblib,
 local_parallel) passes the signal on to them (forward_to_workers), waits for their checkpoints, and
 exits: no worker keeps training as an orphan, and no further job starts.
+
+In a SLURM job started by submitit, SIGUSR2 is SLURM's warning that the job's time limit is near
+(`--signal=USR2@signal_delay_s`), and submitit's handler for it requeues the job: a run checkpoints
+after the current step, like on SIGTERM, and then passes the signal on to that handler.
 """
 from __future__ import annotations
 
@@ -13,12 +17,14 @@ import signal
 from typing import Any, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REQUEUE_SIGNAL = signal.SIGUSR2  # submitit's default (its SUBMITIT_PREEMPT_SIGNAL)
 WORKER_GRACE_S = 60  # SLURM gives ~30-90 s between SIGTERM and SIGKILL
 
 
 @contextlib.contextmanager
 def stop_requests() -> Iterator[dict[str, Any]]:
-    """SIGINT/SIGTERM ask the loop to checkpoint and stop after the current step; a second one kills."""
+    """SIGINT/SIGTERM ask the loop to checkpoint and stop after the current step; a second one kills.
+    So does SIGUSR2 where a handler (submitit's) is installed for it, which then gets the signal."""
     flag: dict[str, Any] = {"signal": None}
     previous = {}
 
@@ -26,7 +32,8 @@ def stop_requests() -> Iterator[dict[str, Any]]:
         flag["signal"] = signal.Signals(signum).name
         signal.signal(signum, previous[signum])
 
-    for sig in STOP_SIGNALS:
+    requeue = (REQUEUE_SIGNAL,) if callable(signal.getsignal(REQUEUE_SIGNAL)) else ()
+    for sig in STOP_SIGNALS + requeue:
         try:
             previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread (e.g. some launchers): no graceful stop there
@@ -36,6 +43,8 @@ def stop_requests() -> Iterator[dict[str, Any]]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+    if flag["signal"] == REQUEUE_SIGNAL.name:
+        signal.raise_signal(REQUEUE_SIGNAL)  # the checkpoint is saved: submitit may requeue (and exit)
 
 
 def forward_to_workers() -> None:
