@@ -1,33 +1,31 @@
-"""`launcher=slurm`: hydra-submitit-launcher's SLURM launcher, on small clusters without accounting too.
+"""`launcher=slurm` on small clusters too: job states from squeue where SLURM keeps no accounting.
 
-submitit learns a job's state from `sacct`. A cluster without an accounting database (a single node, a
-lab's test cluster) has none to ask: every poll would log "Bypassing sacct error", and a job that ends
-without a result (cancelled, killed) would never count as ended, so the sweep would wait for it forever.
-There, once per sweep, the launcher says so and takes job states from `squeue` instead (SqueueWatcher).
-
-A job that ends without a result (`scancel`, out of requeues) ends the sweep with one line naming it and
-its log, not submitit's traceback; the runs already done are kept, and rerunning the command resumes.
+hydra-submitit-launcher submits the jobs and submitit watches them through `sacct`. A cluster without
+an accounting database (one node, a lab's test cluster) has no sacct to answer: every poll would log
+"Bypassing sacct error", and a job that ends without a result (cancelled, killed) would never count as
+ended, so the sweep would wait for it forever. configs/launcher/slurm.yaml installs the Hydra callback
+below; when a sweep starts it asks sacct once and, if sacct does not answer, says so in one line and
+has submitit read job states from squeue instead (SqueueWatcher): quiet polls, and ended jobs end.
 """
 from __future__ import annotations
 
 import logging
 import subprocess
-from typing import Any, Sequence
+from typing import Any
 
-from hydra.errors import HydraException
-from hydra_plugins.hydra_submitit_launcher import submitit_launcher
-from submitit.core.utils import UncompletedJobError
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
 from submitit.slurm import slurm
 
 log = logging.getLogger(__name__)
 
-# slurmctld forgets an ended job MinJobAge (default 300 s) after its end; squeue no longer lists it
+# the state of a job squeue no longer lists: slurmctld forgets an ended job MinJobAge (300 s) after its end
 ENDED = "ENDED"
 
 
 class SqueueWatcher(slurm.SlurmInfoWatcher):
     """submitit's job watcher with squeue in place of sacct: the states of this user's jobs that slurmctld
-    still holds; a registered job it no longer lists has ended."""
+    still holds; a job it no longer lists has ended."""
 
     def _make_command(self) -> list[str] | None:
         if not self._registered - self._finished:
@@ -37,36 +35,31 @@ class SqueueWatcher(slurm.SlurmInfoWatcher):
 
     def read_info(self, string: bytes | str) -> dict[str, dict[str, str]]:
         text = string.decode() if isinstance(string, bytes) else string
-        info = super().read_info("JobID|State\n" + text)  # sacct's header: its parser reads the rest
+        info = super().read_info("JobID|State\n" + text)  # with sacct's header, sacct's parser reads it
         for job_id in self._registered - self._finished - info.keys():
             info[job_id] = {"JobID": job_id, "State": ENDED}
         return info
 
 
-def has_accounting() -> tuple[bool, str]:
-    """(whether sacct answers, why not)."""
+def accounting() -> str | None:
+    """None where sacct answers, else why it does not (its last line of error)."""
     try:
         proc = subprocess.run(["sacct", "--noheader", "--allocations", "--starttime=now"], capture_output=True,
                               text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return False, f"sacct: {e}"
-    return proc.returncode == 0, (proc.stderr.strip().splitlines() or [f"sacct exited {proc.returncode}"])[-1]
+        return str(e)
+    if proc.returncode == 0:
+        return None
+    return (proc.stderr.strip().splitlines() or [f"sacct exited {proc.returncode}"])[-1]
 
 
-class SlurmLauncher(submitit_launcher.SlurmLauncher):
-    """hydra-submitit-launcher's SlurmLauncher (one job-array task per run), plus the two points above."""
+class JobStatesFromSqueue(Callback):
+    """At the start of a SLURM sweep: squeue's job states where sacct does not answer."""
 
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
-        accounting, why = has_accounting()
-        if not accounting and not isinstance(slurm.SlurmJob.watcher, SqueueWatcher):
-            log.info(f"no SLURM accounting here ({why}): job states come from squeue")
-            # the watcher is a class attribute, shared by every SlurmJob of this process: the one hook there is
-            slurm.SlurmJob.watcher = SqueueWatcher(delay_s=slurm.SlurmJob.watcher._delay_s)
-        try:
-            return super().launch(job_overrides, initial_job_idx)
-        except UncompletedJobError as e:
-            # submitit's message: "Job <id> ... has not produced any output (state: <state>)" + the job's log
-            first = str(e).strip().splitlines()
-            raise HydraException(f"a SLURM job of this sweep ended without a result: {' '.join(first[:2])} "
-                                 f"(its log: {self.params['submitit_folder']}); the sweep's other jobs run on; "
-                                 "rerun the same command to resume the unfinished runs") from None
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        why = accounting()
+        if why is None or isinstance(slurm.SlurmJob.watcher, SqueueWatcher):
+            return
+        log.info(f"no SLURM accounting here ({why}): job states come from squeue")
+        # submitit's only hook: the watcher is a class attribute, shared by the SlurmJobs of this process
+        slurm.SlurmJob.watcher = SqueueWatcher(delay_s=slurm.SlurmJob.watcher._delay_s)
