@@ -200,7 +200,7 @@ def test_a_job_at_its_time_limit_checkpoints_and_submitit_requeues_it_until_it_c
     # SLURM signals SIGUSR2 signal_delay_s before the limit; it checks limits every 30 s. The job starts
     # with 10 minutes; once it trains, the limit drops to 1 minute, so SLURM's next check signals it.
     # The requeued job gets its 10 minutes back before it starts again, and completes.
-    steps = 1200  # ~45 s of training (40 ms a step): still running when the signal comes
+    steps = 1000  # ~40 s of training (40 ms a step): still running when the signal comes
     proc = submit(partition, tmp_path, "timeout", f"train.steps={steps}", "train.log_every=50", "train.eval_every=100000",
                   "train.checkpoint_every=100000", "hydra.launcher.timeout_min=10", "hydra.launcher.signal_delay_s=60",
                   "hydra.launcher.max_num_timeout=1", "hydra.sweep.subdir=run")
@@ -211,7 +211,7 @@ def test_a_job_at_its_time_limit_checkpoints_and_submitit_requeues_it_until_it_c
     deadline = time.monotonic() + 90
     while not job_state(job).startswith("PENDING") and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
-    assert job_state(job).startswith("PENDING"), "the job was not requeued at its time limit"
+    assert job_state(job).startswith("PENDING"), f"the job was not requeued at its time limit: {job_state(job)}"
     subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=10"], check=True, timeout=30)
     out = finish(proc, 200)
     assert proc.returncode == 0, out[-3000:]
