@@ -129,9 +129,11 @@ down() {
     say "down"
 }
 
+need_root() { [ "$(id -u)" = 0 ] || die "needs root (apt-get, slurmd): sudo $0 $1"; }
+
 case "${1:-}" in
-    up) up ;;
-    down) down ;;
+    up) need_root up; up ;;
+    down) need_root down; down ;;
     status) sinfo ;;
     *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
 esac
