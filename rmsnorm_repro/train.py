@@ -67,6 +67,22 @@ def _job(cfg: DictConfig) -> None:
         raise SystemExit(128 + signal.Signals[summary["interrupted_by"]].value)
 
 
+def _job_without_result(e: BaseException) -> str | None:
+    """One line for submitit's word that a job of the sweep ended without returning (scancel, killed,
+    out of requeues), else None: a job that raised is its subclass FailedJobError, whose traceback is
+    worth its lines. Without submitit imported, no job was submitted."""
+    utils = sys.modules.get("submitit.core.utils")
+    if utils is None or type(e) is not utils.UncompletedJobError:
+        return None
+    # "Job 12_0 (task: 0) with path <folder>/12_0_0_result.pkl\nhas not produced any output (state: CANCELLED)..."
+    found = re.search(r"Job (\S+) .*? with path (\S+)\s+has not produced any output \(state: (\w+)\)", str(e), re.S)
+    if not found:
+        return one_line(str(e))
+    job, result, state = found.groups()
+    return (f"SLURM job {job} of this sweep ended without a result (state {state}; its log is in "
+            f"{Path(result).parent}); rerun the same command to resume the unfinished runs")
+
+
 def one_line(message: str) -> str:
     """Hydra's messages span lines ("Available options in 'norm':" + one option per line)."""
     parts, options = [], []
@@ -128,6 +144,12 @@ def main() -> None:
             raise
         print(f"error: {one_line(str(e))}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except RuntimeError as e:
+        line = None if full_error else _job_without_result(e)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        sys.exit(1)
     except KeyboardInterrupt:  # a second Ctrl-C: the first one's checkpoint was not awaited
         print("error: interrupted again: stopped at once; the last checkpoint is kept (rerun the same "
               "command to resume from it)", file=sys.stderr, flush=True)

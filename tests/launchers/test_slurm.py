@@ -238,7 +238,8 @@ def test_scancel_leaves_an_interrupted_summary_and_a_checkpoint_and_ends_the_swe
     wait_for_step(run_dir, 3, proc)
     subprocess.run(["scancel", job], check=True, timeout=30)
     out = finish(proc, 150)  # the sweep learns from squeue that the job ended without a result
-    assert proc.returncode != 0 and f"{job}" in out, out[-3000:]
+    assert proc.returncode == 1 and f"error: SLURM job {job} of this sweep ended without a result" in out, out[-3000:]
+    assert "Traceback" not in out
     summary = read_summary(run_dir)
     assert summary["status"] == "interrupted" and summary["interrupted_by"] == "SIGTERM", summary
     assert 3 <= summary["steps"] < 5000
