@@ -28,6 +28,7 @@ MINI = ("task=convpool", "scale=mini")
 NO_RANDOMNESS = ("task.model.dropout=0", "task.model.input_noise=0")
 TIMING = ("wall_s", "step_ms", "examples_per_s")  # the only fields two runs of one seed may differ in
 SWEEP = Path("multirun") / "convpool" / "synthetic-mini"
+RESOURCES = {"gpus_per_node": 0, "cpus_per_task": 1, "mem_gb": 1}
 
 
 # Without a cluster ------------------------------------------------------------------------------
@@ -95,9 +96,10 @@ def partition():
 
 
 def submit(partition: str, tmp_path: Path, name: str, *overrides: str) -> subprocess.Popen:
-    """The README's SLURM sweep, in the background: this machine's resources, one CPU and 1 GB a task."""
-    args = cli_args("-m", *MINI, "launcher=slurm", f"hydra.launcher.partition={partition}",
-                    "hydra.launcher.gpus_per_node=0", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1",
+    """The README's SLURM sweep, in the background: no GPU, one CPU and 1 GB a task unless overrides say."""
+    given = {o.split("=", 1)[0] for o in overrides}
+    resources = [f"hydra.launcher.{k}={v}" for k, v in RESOURCES.items() if f"hydra.launcher.{k}" not in given]
+    args = cli_args("-m", *MINI, "launcher=slurm", f"hydra.launcher.partition={partition}", *resources,
                     f"hydra.launcher.name={name}-{os.getpid()}", f"paths.runs_dir={tmp_path}", *overrides)
     return subprocess.Popen(args, env=cli_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -263,3 +265,11 @@ def test_two_tasks_per_node_train_one_ddp_run_like_one_process_with_the_same_glo
     for a, b in zip(ddp, one):  # the gradient average over ranks sums in another order: float tolerance
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-6), a["step"]
     assert summary["final"] == pytest.approx(reference["final"], rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_resources_the_cluster_lacks_are_refused_in_one_line(partition, tmp_path):
+    out = finish(proc := submit(partition, tmp_path, "refused", "hydra.launcher.cpus_per_task=100000"), 100)
+    assert proc.returncode == 2 and "error: sbatch refused the sweep's jobs (sbatch: error:" in out, out[-3000:]
+    assert "Traceback" not in out and not list(tmp_path.rglob("summary.json"))
