@@ -56,7 +56,7 @@ write_config() {
     node=$(slurmd -C | head -1)
     [[ $node == NodeName=* ]] || die "slurmd -C did not describe this machine: $node"
     mkdir -p /etc/slurm "$STATE/ctld" "$STATE/d" "$RUN" /var/log/slurm-local
-    cat >"$CONF" <<EOF
+    cat >"$CONF.new" <<EOF
 $MARK
 ClusterName=local
 SlurmctldHost=$host(127.0.0.1)
@@ -78,6 +78,8 @@ SelectTypeParameters=CR_Core_Memory
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 ReturnToService=2
+# a job asking for more than the node has is refused at sbatch, not left pending forever
+EnforcePartLimits=ALL
 MpiDefault=none
 # A signalled job gets KillWait s to checkpoint before SIGKILL. A requeued job waits cred_expire s before
 # it may start again (default 120), and a pending job waits for the next scheduling pass (default every
@@ -88,6 +90,8 @@ SchedulerParameters=sched_interval=2,bf_interval=2
 $node NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
+    if cmp -s "$CONF.new" "$CONF"; then rm "$CONF.new"; return 1; fi
+    mv "$CONF.new" "$CONF"
 }
 
 running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -95,7 +99,10 @@ running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 up() {
     install_packages
     start_munge
-    write_config
+    if write_config && running "$RUN/slurmctld.pid"; then
+        say "the config changed: restarting slurmctld and slurmd"
+        stop_slurm
+    fi
     running "$RUN/slurmctld.pid" || slurmctld
     running "$RUN/slurmd.pid" || slurmd
     local host deadline state
@@ -111,21 +118,31 @@ up() {
     say "up: partition debug, node $host ($state): $(sinfo -h -o '%c CPUs, %m MB')"
 }
 
-down() {
-    local pidfile pid jobs
+stop() {  # stop <pid file>: end that daemon, wait up to 5 s
+    running "$1" || return 0
+    local pid
+    pid=$(cat "$1")
+    kill "$pid"
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+}
+
+stop_slurm() {
+    local jobs
     # jobs first: their processes would outlive slurmd
     if running "$RUN/slurmctld.pid" && jobs=$(squeue -h -o %A 2>/dev/null) && [ -n "$jobs" ]; then
         scancel $jobs || true
         for _ in $(seq 30); do [ -z "$(squeue -h -o %A 2>/dev/null)" ] && break; sleep 0.5; done
     fi
-    for pidfile in "$RUN/slurmd.pid" "$RUN/slurmctld.pid" /run/munge/munged.pid; do
-        running "$pidfile" || continue
-        [ "$pidfile" != /run/munge/munged.pid ] || [ -e "$RUN/munged.ours" ] || continue
-        pid=$(cat "$pidfile")
-        kill "$pid"
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    done
-    rm -f "$RUN/munged.ours"
+    stop "$RUN/slurmd.pid"
+    stop "$RUN/slurmctld.pid"
+}
+
+down() {
+    stop_slurm
+    if [ -e "$RUN/munged.ours" ]; then
+        stop /run/munge/munged.pid
+        rm -f "$RUN/munged.ours"
+    fi
     say "down"
 }
 

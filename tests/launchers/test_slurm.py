@@ -270,6 +270,6 @@ def test_two_tasks_per_node_train_one_ddp_run_like_one_process_with_the_same_glo
 @pytest.mark.slurm
 @pytest.mark.timeout(120)
 def test_resources_the_cluster_lacks_are_refused_in_one_line(partition, tmp_path):
-    out = finish(proc := submit(partition, tmp_path, "refused", "hydra.launcher.cpus_per_task=100000"), 100)
+    out = finish(proc := submit(partition, tmp_path, "refused", "hydra.launcher.mem_gb=100000"), 100)  # 100 TB
     assert proc.returncode == 2 and "error: sbatch refused the sweep's jobs (sbatch: error:" in out, out[-3000:]
     assert "Traceback" not in out and not list(tmp_path.rglob("summary.json"))
