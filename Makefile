@@ -20,9 +20,10 @@ $(VENV)/.installed: pyproject.toml setup.py
 test: install
 	$(PY) -m pytest
 
-# The tests that train for no more than a few seconds (under 3 minutes on 2 cores): `slow` marks the rest.
+# The tests that train for no more than a few seconds (under 3 minutes on 2 cores): `slow` marks the rest, and
+# `slurm` the jobs on a SLURM cluster.
 test-fast: install
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow and not slurm"
 
 # The offline mini reproduction of every table and figure: results/mini/REPORT.md (~15 min, 2 cores).
 # Refreshes the committed report and figures under results/mini/.

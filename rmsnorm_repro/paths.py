@@ -11,13 +11,15 @@ and `rmsnorm-report` work from any directory after a plain `pip install`.
 
 Importing this module also registers the resolvers of the Hydra-side configs: `run_suffix` and
 `job_dirname`, which name a single run's and a sweep job's directory, and `name_excluded`, the keys
-left out of those names (all three from rmsnorm_repro/record.py, used by configs/train.yaml), and
-`options_of`, which lists a group's options in --help (configs/hydra/help/rmsnorm.yaml): whoever
+left out of those names (all three from rmsnorm_repro/record.py, used by configs/train.yaml),
+`options_of`, which lists a group's options in --help (configs/hydra/help/rmsnorm.yaml), and
+`python_bin` and `max`, which configs/launcher/slurm.yaml's job setup and task count read: whoever
 finds the configs can resolve them.
 """
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,12 @@ def options_of(group: str) -> str:
     return ", ".join(sorted(names, key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", n)]))
 
 
+def python_bin() -> str:
+    """The bin/ folder of the Python running this process (a venv's .venv/bin): a SLURM job's setup puts
+    it first on PATH, resolved when the sweep is submitted (Hydra's ${hydra:...} is not set then)."""
+    return str(Path(sys.executable).parent)
+
+
 def _register() -> None:
     from . import record
 
@@ -66,7 +74,9 @@ def _register() -> None:
                  "job_dirname": lambda overrides, exclude, params: record.job_dirname(
                      _plain(overrides), _plain(exclude), _plain_dict(params)),
                  "name_excluded": lambda: list(record.NAME_EXCLUDED),
-                 "options_of": options_of}
+                 "options_of": options_of,
+                 "python_bin": python_bin,
+                 "max": lambda *values: max(values)}
     for name, resolver in resolvers.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)

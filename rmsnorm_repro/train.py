@@ -15,6 +15,7 @@ import errno
 import os
 import re
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -97,6 +98,27 @@ def disk_error_line(e: OSError) -> str:
     why = "the file system is read-only" if e.errno == errno.EROFS else "permission denied"
     return (f"cannot write {where} ({why}): point paths.runs_dir (or hydra.run.dir) and paths.cache_dir at "
             "folders you can write, or fix the folder's permissions")
+
+
+def _slurm_error(e: BaseException) -> tuple[str, int] | None:
+    """(one line, exit code) for submitit's errors that need no traceback, else None: sbatch refusing the
+    jobs (resources the cluster lacks: bad input, 2; sbatch's own line is already on stderr), or a job
+    that ended without returning (scancel, killed, out of requeues: 1). A job that raised keeps its
+    traceback (submitit's FailedJobError from the job). Without submitit imported, no job was submitted."""
+    utils = sys.modules.get("submitit.core.utils")
+    if utils is None or not isinstance(e, utils.UncompletedJobError):
+        return None
+    cause = e.__cause__
+    if isinstance(cause, subprocess.CalledProcessError) and cause.cmd and cause.cmd[0] == "sbatch":
+        return (f"sbatch refused the sweep's jobs ({one_line(str(e))}): ask for what the partition has "
+                "(hydra.launcher.partition, gpus_per_node, cpus_per_task, mem_gb, timeout_min)"), 2
+    # "Job 12_0 (task: 0) with path <folder>/12_0_0_result.pkl\nhas not produced any output (state: CANCELLED)..."
+    found = re.search(r"Job (\S+) .*? with path (\S+)\s+has not produced any output \(state: (\w+)\)", str(e), re.S)
+    if type(e) is not utils.UncompletedJobError or not found:
+        return None
+    job, result, state = found.groups()
+    return (f"SLURM job {job} of this sweep ended without a result (state {state}; its log is in "
+            f"{Path(result).parent}); rerun the same command to resume the unfinished runs"), 1
 
 
 def one_line(message: str) -> str:
@@ -187,6 +209,12 @@ def _main() -> None:
             raise
         print(f"error: {disk_error_line(e)}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except RuntimeError as e:
+        found = None if full_error else _slurm_error(e)
+        if found is None:
+            raise
+        print(f"error: {found[0]}", file=sys.stderr, flush=True)
+        sys.exit(found[1])
     except KeyboardInterrupt:  # a second Ctrl-C: the first one's checkpoint was not awaited
         print("error: interrupted again: stopped at once; the last checkpoint is kept (rerun the same "
               "command to resume from it)", file=sys.stderr, flush=True)

@@ -8,6 +8,10 @@ interrupted while the sweep stops parks itself (stop_if_sweep_worker), so the sw
 soon as they have checkpointed; a job stopped on its own (a signal to that worker alone) ends as a
 single run does and the sweep goes on. Ctrl-C reaches a sweep's workers twice (the terminal signals the whole process group,
 and the sweep passes it on): the sweep passes SIGTERM, so that only a second Ctrl-C kills.
+
+In a SLURM job started by submitit, SIGUSR2 is SLURM's warning that the job's time limit is near
+(`--signal=USR2@signal_delay_s`), and submitit's handler for it requeues the job: a run checkpoints
+after the current step, like on SIGTERM, and then passes the signal on to that handler.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REQUEUE_SIGNAL = signal.SIGUSR2  # submitit's default (its SUBMITIT_PREEMPT_SIGNAL)
 WORKER_GRACE_S = 60  # SLURM gives ~30-90 s between SIGTERM and SIGKILL
 SWEEP_PID_ENV = "RMSNORM_SWEEP_PID"  # the sweep's main process, for its workers
 STOP_NOTICE_WAIT_S = 1.0  # a worker Ctrl-C reached first waits this long for the sweep's stop notice
@@ -33,7 +38,8 @@ def _stop_notice(sweep_pid: int | str) -> Path:
 
 @contextlib.contextmanager
 def stop_requests() -> Iterator[dict[str, Any]]:
-    """SIGINT/SIGTERM ask the loop to checkpoint and stop after the current step; a second Ctrl-C kills."""
+    """SIGINT/SIGTERM ask the loop to checkpoint and stop after the current step; a second Ctrl-C kills.
+    So does SIGUSR2 where a handler (submitit's) is installed for it, which then gets the signal."""
     flag: dict[str, Any] = {"signal": None}
     previous = {}
 
@@ -42,7 +48,8 @@ def stop_requests() -> Iterator[dict[str, Any]]:
         if signum == signal.SIGINT:  # a second Ctrl-C kills; a repeated SIGTERM (a process group's and
             signal.signal(signum, previous[signum])  # the sweep's) must not cut the checkpoint short
 
-    for sig in STOP_SIGNALS:
+    requeue = (REQUEUE_SIGNAL,) if callable(signal.getsignal(REQUEUE_SIGNAL)) else ()
+    for sig in STOP_SIGNALS + requeue:
         try:
             previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread (e.g. some launchers): no graceful stop there
@@ -52,6 +59,8 @@ def stop_requests() -> Iterator[dict[str, Any]]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+    if flag["signal"] == REQUEUE_SIGNAL.name:
+        signal.raise_signal(REQUEUE_SIGNAL)  # the checkpoint is saved: submitit may requeue (and exit)
 
 
 def forward_to_workers() -> None:

@@ -213,21 +213,20 @@ def test_local_parallel_multirun_runs_ddp_jobs_through_submitit(tmp_path):
 
 
 def test_slurm_launcher_composes_and_writes_the_expected_sbatch_script(tmp_path, monkeypatch, compose):
-    from hydra.core.hydra_config import HydraConfig
     from hydra.utils import instantiate
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
     import submitit
 
     cfg = compose(["task=tiny", "launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=8",
                        "hydra.launcher.timeout_min=600", f"paths.runs_dir={tmp_path}"], hydra_node=True)
-    HydraConfig.instance().set_config(cfg)  # ${hydra:runtime.cwd} in the setup lines
-    launcher = instantiate(cfg.hydra.launcher)
+    launcher = instantiate(cfg.hydra.launcher)  # before any job's HydraConfig exists, as Hydra does
     assert type(launcher).__name__ == "SlurmLauncher"
     # what the plugin's launch() hands submitit (hydra_submitit_launcher.submitit_launcher)
     params = dict(launcher.params)
     assert (params["partition"], params["gpus_per_node"], params["tasks_per_node"]) == ("gpu", 8, 8)
     assert params["array_parallelism"] == 64 and params["max_num_timeout"] == 3
-    assert params["setup"] == [f"source {REPO}/.venv/bin/activate"]
+    setup = f"export PATH={Path(sys.executable).parent}:$PATH"  # the venv that submits
+    assert params["setup"] == [setup]
     # submitit refuses to build a SLURM executor without srun: a stand-in on PATH (never run)
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "srun").write_text("#!/bin/sh\nexit 1\n")
@@ -240,7 +239,7 @@ def test_slurm_launcher_composes_and_writes_the_expected_sbatch_script(tmp_path,
     script = executor._executor._make_submission_file_text("python -m submitit.core._submit", "0")
     for line in ("#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=8", "#SBATCH --ntasks-per-node=8",
                  "#SBATCH --nodes=1", "#SBATCH --time=600", "#SBATCH --job-name=rmsnorm-repro",
-                 f"source {REPO}/.venv/bin/activate", "export SUBMITIT_EXECUTOR=slurm"):
+                 setup, "export SUBMITIT_EXECUTOR=slurm"):
         assert line in script.splitlines(), line
     assert str(tmp_path / "multirun" / "tiny" / "synthetic-mini" / ".submitit") in script
 

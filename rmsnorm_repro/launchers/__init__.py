@@ -1,0 +1,1 @@
+"""Hydra launchers of the suite's own: `launcher=slurm` (slurm.py)."""
