@@ -89,8 +89,10 @@ def forward_to_workers() -> None:
                 proc.kill()
         lost = (f"; {len(alive)} did not stop within {WORKER_GRACE_S} s and were killed: their runs resume from "
                 "their last periodic checkpoint" if alive else "")
-        print(f"{signal.Signals(signum).name}: the sweep stopped; its running jobs checkpointed their runs (summary "
-              f"status interrupted){lost}. Finished runs are kept: rerun the same command to resume", flush=True)
+        done = (f"its running jobs checkpointed their runs (summary status interrupted){lost}" if workers else
+                "no job of it ran in a local process (jobs submitted to SLURM run on: scancel them to stop them)")
+        print(f"{signal.Signals(signum).name}: the sweep stopped; {done}. Finished runs are kept: rerun the same "
+              "command to resume", flush=True)
         notice.unlink(missing_ok=True)
         os._exit(128 + signum)  # past the launcher's pool, which would start the next jobs
 
