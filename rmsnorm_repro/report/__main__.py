@@ -1,5 +1,7 @@
 """python -m rmsnorm_repro.report <runs dir> --table table4 (console script: rmsnorm-report).
 
+`rmsnorm-report compare RUN_OR_DIR...` compares any runs instead (report/compare.py).
+
 Reads every run under the directory (summary.json, config.yaml, metrics.jsonl), writes <table>.md
 with the paper's numbers beside ours and the table's figures, and prints the page. The pages go
 beside the runs they read (<runs dir>/report/, figures in <runs dir>/report/figures/) unless --out
@@ -10,6 +12,7 @@ and --figures say where; the Makefile's table targets write results/tables/ and 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import sys
@@ -99,8 +102,16 @@ def log_to_wandb(written: dict[str, Path], drawn: dict[str, Path | None], runs_d
     return str(Path(files).parent) if files else str(out / "wandb")
 
 
+# subcommands: `rmsnorm-report compare RUN_OR_DIR...`; without one, the paper's pages
+SUBCOMMANDS = {"compare": "rmsnorm_repro.report.compare"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rmsnorm-report", description=__doc__.split("\n\n")[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SUBCOMMANDS:
+        return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+    parser = argparse.ArgumentParser(prog="rmsnorm-report", description=__doc__.split("\n\n")[0],
+                                     epilog="Subcommands: rmsnorm-report compare RUN_OR_DIR... (--help for each).")
     parser.add_argument("runs_dir", type=Path, help="a directory of runs, searched recursively for summary.json")
     parser.add_argument("--table", action="append", required=True,
                         help=f"page to write (repeatable): all, {', '.join(PAGES)}")
