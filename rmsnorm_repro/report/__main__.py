@@ -21,7 +21,7 @@ from pathlib import Path
 from . import figures as figs
 from .aggregate import load_runs
 from ..atomic import atomic_write_text
-from .tables import PAGES, render_page
+from .tables import PAGES, page_runs, relative_to_page, render_page
 
 
 def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir: Path,
@@ -36,18 +36,20 @@ def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir:
     if len(runs) < len(found):
         print(f"rmsnorm-report: {len(found) - len(runs)} duplicate run(s) of a seed left out: "
               f"{', '.join(str(r.path) for r in found if r not in runs)}", file=sys.stderr)
-    if names == ["all"]:
-        tasks = {run.task for run in runs}
-        names = [name for name, page in PAGES.items() if page.task in tasks]
+    if names == ["all"]:  # the pages whose setting these runs are (no Figure 3 without a p sweep)
+        names = [name for name, page in PAGES.items() if page.why_not(runs) is None]
     written = {}
     drawn = {} if drawn is None else drawn
     for name in names:
         if name not in PAGES:
             raise ValueError(f"unknown table {name!r}; choose one of: all, {', '.join(PAGES)}")
+        unfit = PAGES[name].unfit
+        if unfit is not None and (why := unfit(page_runs(PAGES[name], runs))):  # before its figure is drawn
+            raise ValueError(f"{name} {why}")
         for figure in PAGES[name].figures:
             if figure not in drawn:
                 drawn[figure] = figs.draw(figure, runs, figures_dir / f"{figure}.png")
-        text = render_page(name, runs, str(runs_dir), drawn, tables_dir)
+        text = render_page(name, runs, relative_to_page(runs_dir, tables_dir), drawn, tables_dir)
         path = tables_dir / f"{name}.md"
         atomic_write_text(path, text)
         written[name] = path
