@@ -1,6 +1,7 @@
 """python -m rmsnorm_repro.report <runs dir> --table table4 (console script: rmsnorm-report).
 
-`rmsnorm-report compare RUN_OR_DIR...` compares any runs instead (report/compare.py).
+`rmsnorm-report compare RUN_OR_DIR...` compares any runs instead (report/compare.py), and
+`rmsnorm-report wandb-workspace --entity E --project P` builds the wandb comparison views (report/workspace.py).
 
 Reads every run under the directory (summary.json, config.yaml, metrics.jsonl), writes <table>.md
 with the paper's numbers beside ours and the table's figures, and prints the page. The pages go
@@ -104,8 +105,8 @@ def log_to_wandb(written: dict[str, Path], drawn: dict[str, Path | None], runs_d
     return str(Path(files).parent) if files else str(out / "wandb")
 
 
-# subcommands: `rmsnorm-report compare RUN_OR_DIR...`; without one, the paper's pages
-SUBCOMMANDS = {"compare": "rmsnorm_repro.report.compare"}
+# subcommands (`rmsnorm-report compare RUN_OR_DIR...`); without one, the paper's pages
+SUBCOMMANDS = {"compare": "rmsnorm_repro.report.compare", "wandb-workspace": "rmsnorm_repro.report.workspace"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
     parser = argparse.ArgumentParser(prog="rmsnorm-report", description=__doc__.split("\n\n")[0],
-                                     epilog="Subcommands: rmsnorm-report compare RUN_OR_DIR... (--help for each).")
+                                     epilog="Subcommands (--help for each): rmsnorm-report compare RUN_OR_DIR...; "
+                                            "rmsnorm-report wandb-workspace --entity E --project P.")
     parser.add_argument("runs_dir", type=Path, help="a directory of runs, searched recursively for summary.json")
     parser.add_argument("--table", action="append", required=True,
                         help=f"page to write (repeatable): all, {', '.join(PAGES)}")
