@@ -163,6 +163,10 @@ def test_a_real_sweep_folder(tmp_path: Path, capsys):
     proc = cli("-m", "task=tiny", "norm=layernorm,rmsnorm", "seed=1,2", *FAST, f"hydra.sweep.dir={tmp_path / 'sweep'}",
                f"paths.runs_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # the sweep's end printed the table (configs/train.yaml's hydra callback) and wrote the page
+    at_end = rows(proc.stdout, "group")
+    assert [at_end[g][1] for g in ("norm=layernorm", "norm=rmsnorm")] == ["2", "2"]
+    assert (tmp_path / "sweep" / "compare" / "compare.md").is_file()
     assert report_main(["compare", str(tmp_path / "sweep")]) == 0
     table = rows(capsys.readouterr().out, "group")
     assert [table[g][1] for g in ("norm=layernorm", "norm=rmsnorm")] == ["2", "2"]
