@@ -28,9 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
-
 from ..atomic import atomic_write_text
 from ..record import ABSENT, metric_goal
 from . import figures as figs
@@ -414,21 +411,6 @@ def write(c: Comparison, out: Path) -> tuple[Path, str]:
     path = out / "compare.md"
     atomic_write_text(path, text)
     return path, text
-
-
-class SweepEnd(Callback):
-    """Hydra callback (configs/train.yaml, hydra.callbacks): a multirun's end prints the compare table
-    of its sweep folder and writes it to <sweep dir>/compare/, as `rmsnorm-report compare` would."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
-        sweep = Path(config.hydra.sweep.dir)
-        try:
-            path, text = write(compare([str(sweep)]), sweep / "compare")
-        except (ValueError, FileNotFoundError) as err:  # e.g. no run completed: the sweep said why already
-            print(f"rmsnorm-report compare: {err}", file=sys.stderr)
-            return
-        print(text, flush=True)
-        print(f"wrote {path} (rmsnorm-report compare {sweep} rewrites it)", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
