@@ -42,3 +42,20 @@ def test_the_timed_bar_moves_with_the_clock_within_a_step_and_ends_full(monkeypa
         with bar.step("b"):
             pass
         assert bar.bar.n == bar.bar.total == 150
+
+
+def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path, monkeypatch, capsys):
+    from rmsnorm_repro.report import small
+
+    ran = []
+    monkeypatch.setattr(small, "run_logged", lambda command, log, threads: ran.append(command) or (0, 2.0))
+    monkeypatch.setattr(small, "write_report", lambda out, timings: out / "REPORT.md")
+    (tmp_path / "small" / "runs" / "rnnsearch").mkdir(parents=True)  # as the sweep would leave it
+    args = ["--out", str(tmp_path / "small"), "--seeds", "1,2", "--jobs", "2", "--threads", "1", "--precision", "fp32"]
+    assert small.main(args) == 0
+    out = capsys.readouterr().out
+    # 2 models x 4 norms x 2 seeds; each model's 8 runs two at a time: 4 rounds of RUN_MINUTES
+    expected = 2 * 4 * small.RUN_MINUTES
+    assert (f"small: 16 runs (rnnsearch and transformer x none, layernorm, rmsnorm, prmsnorm x seeds 1,2) into "
+            f"{tmp_path / 'small' / 'runs'}, 2 at a time with 1 thread(s) each, fp32; about {expected:.0f} minutes") in out
+    assert len(ran) == 2
