@@ -167,6 +167,10 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
         if not [r for r in page_runs if r.task == PAGES[name].task]:
             lines += ["", f"## {PAGES[name].title}", "", f"No runs: the `{sweep}` sweep produced none (see runs/logs/{sweep}.log)."]
             continue
+        why = PAGES[name].why_not(page_runs)  # runs of another setting (a p sweep cut to one p) mislabel a page
+        if why is not None:
+            lines += ["", f"## {PAGES[name].title}", "", f"Not shown: {name} {why} (see runs/logs/{sweep}.log)."]
+            continue
         paths = {}
         for figure in PAGES[name].figures:
             if figure not in embedded:  # each figure once, in the first section that shows it
