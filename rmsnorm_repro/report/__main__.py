@@ -22,6 +22,7 @@ from pathlib import Path
 from . import figures as figs
 from .aggregate import load_runs
 from ..atomic import atomic_write_text
+from ..paths import table_command
 from .tables import PAGES, page_runs, relative_to_page, render_page
 
 
@@ -32,7 +33,8 @@ def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir:
     `drawn`, when given, receives figure name -> PNG path (None: no data for it)."""
     found = load_runs(runs_dir)
     if not found:
-        raise ValueError(f"no runs (summary.json files) under {runs_dir}: run the sweep first, e.g. make table2")
+        raise ValueError(f"no runs (summary.json files) under {runs_dir}: run the sweep first, e.g. "
+                         f"{table_command(names[0] if names[0] in PAGES else 'table2')}")
     runs = figs.unique_runs(found)  # the same seed of the same settings trained twice counts once
     if len(runs) < len(found):
         print(f"rmsnorm-report: {len(found) - len(runs)} duplicate run(s) of a seed left out: "

@@ -36,6 +36,7 @@ from typing import Any, Iterable
 import numpy as np
 import yaml
 
+from ..paths import table_command
 from ..record import SUMMARY_NUMBERS, SUMMARY_OBJECTS, check_summary
 
 # Config keys that never define a group: where outputs go, how they are logged, and the seed.
@@ -185,7 +186,7 @@ def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None
     when `unreadable` is given, is appended to it as (run directory, why) and left out."""
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"runs directory {root} does not exist: run the sweep first (e.g. make table2)")
+        raise FileNotFoundError(f"runs directory {root} does not exist: run the sweep first (e.g. {table_command('table2')})")
     runs, failed = [], set()
     for summary_path in sorted(root.rglob("summary.json")):
         if _skipped(summary_path, root):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..paths import paper_dir
+from ..paths import paper_dir, table_command
 from .aggregate import Group, Interval, Run, Stat, describe_env, group_runs, speedup, speedup_interval
 
 PAPER_DIR = paper_dir()  # results/paper of the checkout, or the copy an installed wheel ships
@@ -250,7 +250,7 @@ def _no_p_sweep(runs: list[Run]) -> str | None:
     if len(ps) >= 2:
         return None
     have = f"p={ps[0]:g} only" if ps else "none"
-    return f"needs prmsnorm runs at two or more values of p (these have {have}): run `make fig3`"
+    return f"needs prmsnorm runs at two or more values of p (these have {have}): run `{table_command('fig3')}`"
 
 
 def _init_centre(run: Run) -> float:
@@ -263,7 +263,7 @@ def _no_init_shift(runs: list[Run]) -> str | None:
     """Figure 4 is the init centre shifted away from 0 (task.model.init_center, 0.2 in the paper)."""
     if any(_init_centre(run) != 0.0 for run in runs):
         return None
-    return "needs runs with the init centre shifted (task.model.init_center != 0; these have 0): run `make fig4`"
+    return f"needs runs with the init centre shifted (task.model.init_center != 0; these have 0): run `{table_command('fig4')}`"
 
 
 TEST14 = Quality("Test14", "test14", ("test14_bleu", "test_bleu"))
@@ -327,7 +327,7 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
     runs = page_runs(page, runs)
     if not runs:
         waiting = f" ({len(unfinished)} in progress, without summary.json yet)" if unfinished else ""
-        raise ValueError(f"no {page.task} runs under {runs_dir} for {name}{waiting}: run `make {name}` first")
+        raise ValueError(f"no {page.task} runs under {runs_dir} for {name}{waiting}: run `{table_command(name)}` first")
     if page.unfit is not None and (why := page.unfit(runs)):
         raise ValueError(f"{name} {why}")
     groups = group_runs(runs)

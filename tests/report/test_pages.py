@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rmsnorm_repro import paths
 from rmsnorm_repro.report.__main__ import main as report_main
 from runner_fixtures.fake_runs import write_fake_runs, write_run
 
@@ -48,3 +49,14 @@ def test_every_row_names_its_runs_and_no_page_names_an_absolute_path(tmp_path: P
     assert rms.count("`../runs/rnnsearch-rmsnorm-p1.0-s") == 2
     baseline = next(line for line in pages["table4"].splitlines() if line.startswith("- none (completed: "))
     assert baseline.startswith("- none (completed: 0 of 2 (2 diverged)): ")
+
+
+def test_an_installed_wheel_is_told_the_console_scripts_not_make(tmp_path: Path, capsys, monkeypatch):
+    table2 = write_fake_runs(tmp_path / "table2")
+    assert report_main([str(table2), "--table", "fig3", "--out", str(tmp_path / "no")]) == 2
+    assert "run `make fig3`" in capsys.readouterr().err  # a checkout: the Makefile's target
+    monkeypatch.setattr(paths, "repo_dir", lambda: None)  # a wheel: no Makefile
+    assert report_main([str(table2), "--table", "fig3", "--out", str(tmp_path / "no")]) == 2
+    assert "run `rmsnorm-train -m experiment=fig3`" in capsys.readouterr().err
+    assert report_main([str(tmp_path / "nothing"), "--table", "table4"]) == 2
+    assert "run the sweep first (e.g. rmsnorm-train -m experiment=table2)" in capsys.readouterr().err
