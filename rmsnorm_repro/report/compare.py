@@ -128,10 +128,19 @@ def refuse_mixed(runs: list[Run]) -> None:
 
 
 # Grouping ------------------------------------------------------------------------------------------
+def settings(run: Run) -> dict[str, str]:
+    """A run's flattened config (values as JSON text), with the norm and p of its summary where the
+    config lacks them (a run folder without config.yaml still has a norm)."""
+    flat = _flatten(run.config)
+    flat.setdefault("norm.name", json.dumps(run.norm))
+    flat.setdefault("norm.p", json.dumps(run.p))
+    return flat
+
+
 def differing_keys(runs: list[Run]) -> list[str]:
     """The config keys that split the runs into groups: those whose values differ, in KEY_ORDER then
     alphabetical order, each kept only when it splits the groups of the keys kept before it."""
-    flat = [_flatten(run.config) for run in runs]
+    flat = [settings(run) for run in runs]
     keys = {key for config in flat for key in config
             if not key.startswith(NOT_SWEPT) and key not in NEVER_A_GROUP}
     ordered = sorted(keys, key=lambda k: (KEY_ORDER.index(k) if k in KEY_ORDER else len(KEY_ORDER), k))
@@ -170,7 +179,7 @@ def make_groups(runs: list[Run], keys: list[str]) -> list[Compared]:
     names = key_names(keys)
     groups: dict[tuple, Compared] = {}
     for run in runs:
-        flat = _flatten(run.config)
+        flat = settings(run)
         values = tuple((key, flat.get(key, ABSENT)) for key in keys)
         if values not in groups:
             shown = " ".join(f"{names[key]}={shown_value(raw)}" for key, raw in values)

@@ -172,3 +172,10 @@ def test_a_real_sweep_folder(tmp_path: Path, capsys):
     assert report_main(["compare", str(tmp_path / "sweep")]) == 0
     table = rows(capsys.readouterr().out, "group")
     assert [table[g][1] for g in ("norm=layernorm", "norm=rmsnorm")] == ["2", "2"]
+
+
+def test_runs_without_config_yaml_are_still_told_apart_by_their_summaries_norm(tmp_path: Path):
+    for norm in ("layernorm", "rmsnorm"):
+        (write_run(tmp_path, "reader", norm, 1, final={"error": 0.3}) / "config.yaml").unlink()
+    c = compare.compare([str(tmp_path)])
+    assert [g.label for g in c.groups] == ["norm=layernorm", "norm=rmsnorm"]
