@@ -4,7 +4,7 @@
 prints one line (how many runs, over which keys, where, how many at a time); after each job that
 ends in this process (the basic launcher's, which runs jobs one after the other) a line with the
 runs done, the time so far and an estimate of the time left; at the end the compare table of the
-sweep folder (report/compare.py), also written to <sweep dir>/compare/. Each run draws its own
+sweep folder (report/compare.py), printed. Each run draws its own
 progress bar with its ETA (runner/console.py). `TimedBar` is the bar of the commands that run
 several sweeps (`make demo`, `make small`).
 
@@ -78,14 +78,15 @@ class SweepCallback(Callback):
               file=sys.stderr, flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        # printed only: a folder of its own in the sweep folder would sit among the job folders
         sweep = Path(config.hydra.sweep.dir)
         try:
-            path, text = compare.write(compare.compare([str(sweep)]), sweep / "compare")
+            text = compare.render(compare.compare([str(sweep)]), Path.cwd())
         except (ValueError, FileNotFoundError) as err:  # e.g. no run completed, or a sweep over tasks
             print(f"rmsnorm-report compare: {err}", file=sys.stderr, flush=True)
             return
         print(text, flush=True)
-        print(f"wrote {_shown(path)} (`rmsnorm-report compare {_shown(sweep)}` rewrites it)", file=sys.stderr, flush=True)
+        print(f"(`rmsnorm-report compare {_shown(sweep)}` writes this page and its curves)", file=sys.stderr, flush=True)
 
 
 class TimedBar:

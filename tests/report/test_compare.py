@@ -168,7 +168,7 @@ def test_a_real_sweep_folder(tmp_path: Path, capsys):
     assert "sweep: 1/4 runs done in " in proc.stderr and "sweep: 4/4 runs done in " in proc.stderr
     at_end = rows(proc.stdout, "group")
     assert [at_end[g][1] for g in ("norm=layernorm", "norm=rmsnorm")] == ["2", "2"]
-    assert (tmp_path / "sweep" / "compare" / "compare.md").is_file()
+    assert not (tmp_path / "sweep" / "compare").exists()  # printed only: the sweep folder holds its jobs alone
     assert report_main(["compare", str(tmp_path / "sweep")]) == 0
     table = rows(capsys.readouterr().out, "group")
     assert [table[g][1] for g in ("norm=layernorm", "norm=rmsnorm")] == ["2", "2"]
