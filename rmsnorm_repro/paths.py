@@ -3,6 +3,7 @@
     configs_dir()   # the Hydra configs: <repo>/configs, or rmsnorm_repro/configs inside a wheel
     paper_dir()     # the paper's numbers: <repo>/results/paper, or rmsnorm_repro/paper inside a wheel
     repo_dir()      # the checkout, or None when the package runs from an installed wheel
+    table_command("table4")  # "make table4" in a checkout, "rmsnorm-train -m experiment=table4" from a wheel
 
 The repository keeps configs/ and results/paper/ at its top (users read and edit them there); the
 wheel ships them as package data (pyproject.toml maps the packages rmsnorm_repro.configs and
@@ -43,6 +44,12 @@ def _shipped(inside: str, in_repo: tuple[str, ...]) -> Path:
         raise FileNotFoundError(f"neither {packaged} nor a checkout's {'/'.join(in_repo)} exists: "
                                 f"reinstall rmsnorm_repro (pip install .) or run it from its repository")
     return repo.joinpath(*in_repo)
+
+
+def table_command(target: str) -> str:
+    """How to train a paper table's or figure's runs, as this install can: `make table4` in a checkout,
+    `rmsnorm-train -m experiment=table4` from an installed wheel (which has no Makefile)."""
+    return f"make {target}" if repo_dir() is not None else f"rmsnorm-train -m experiment={target}"
 
 
 def configs_dir() -> Path:

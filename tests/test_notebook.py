@@ -48,3 +48,15 @@ def test_notebook_shows_tables_and_curves(tmp_path: Path, monkeypatch):
     sizes = [_png_size(image) for image in images]
     # panels wrap at three a row of 5 x 3.6 in (five panels in one row were 22 in wide); convpool has 4 panels
     assert all(width <= 1600 for width, _ in sizes) and max(height for _, height in sizes) >= 600, sizes
+
+
+def test_the_default_runs_folder_is_the_checkouts_from_the_root_and_from_notebooks(monkeypatch):
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    (parameters,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    monkeypatch.delenv("RMSNORM_RUNS_DIR", raising=False)
+    repo = NOTEBOOK.parents[1]
+    for cwd in (repo, repo / "notebooks"):
+        monkeypatch.chdir(cwd)
+        scope: dict = {}
+        exec(parameters.source, scope)
+        assert Path(scope["RUNS_DIR"]) == repo / "results" / "runs", cwd

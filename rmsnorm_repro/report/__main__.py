@@ -1,5 +1,8 @@
 """python -m rmsnorm_repro.report <runs dir> --table table4 (console script: rmsnorm-report).
 
+`rmsnorm-report compare RUN_OR_DIR...` compares any runs instead (report/compare.py), and
+`rmsnorm-report wandb-workspace --entity E --project P` builds the wandb comparison views (report/workspace.py).
+
 Reads every run under the directory (summary.json, config.yaml, metrics.jsonl), writes <table>.md
 with the paper's numbers beside ours and the table's figures, and prints the page. The pages go
 beside the runs they read (<runs dir>/report/, figures in <runs dir>/report/figures/) unless --out
@@ -10,6 +13,7 @@ and --figures say where; the Makefile's table targets write results/tables/ and 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import sys
@@ -18,7 +22,8 @@ from pathlib import Path
 from . import figures as figs
 from .aggregate import load_runs
 from ..atomic import atomic_write_text
-from .tables import PAGES, render_page
+from ..paths import table_command
+from .tables import PAGES, page_runs, relative_to_page, render_page
 
 
 def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir: Path,
@@ -28,23 +33,26 @@ def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir:
     `drawn`, when given, receives figure name -> PNG path (None: no data for it)."""
     found = load_runs(runs_dir)
     if not found:
-        raise ValueError(f"no runs (summary.json files) under {runs_dir}: run the sweep first, e.g. make table2")
+        raise ValueError(f"no runs (summary.json files) under {runs_dir}: run the sweep first, e.g. "
+                         f"{table_command(names[0] if names[0] in PAGES else 'table2')}")
     runs = figs.unique_runs(found)  # the same seed of the same settings trained twice counts once
     if len(runs) < len(found):
         print(f"rmsnorm-report: {len(found) - len(runs)} duplicate run(s) of a seed left out: "
               f"{', '.join(str(r.path) for r in found if r not in runs)}", file=sys.stderr)
-    if names == ["all"]:
-        tasks = {run.task for run in runs}
-        names = [name for name, page in PAGES.items() if page.task in tasks]
+    if names == ["all"]:  # the pages whose setting these runs are (no Figure 3 without a p sweep)
+        names = [name for name, page in PAGES.items() if page.why_not(runs) is None]
     written = {}
     drawn = {} if drawn is None else drawn
     for name in names:
         if name not in PAGES:
             raise ValueError(f"unknown table {name!r}; choose one of: all, {', '.join(PAGES)}")
+        unfit = PAGES[name].unfit
+        if unfit is not None and (why := unfit(page_runs(PAGES[name], runs))):  # before its figure is drawn
+            raise ValueError(f"{name} {why}")
         for figure in PAGES[name].figures:
             if figure not in drawn:
                 drawn[figure] = figs.draw(figure, runs, figures_dir / f"{figure}.png")
-        text = render_page(name, runs, str(runs_dir), drawn, tables_dir)
+        text = render_page(name, runs, relative_to_page(runs_dir, tables_dir), drawn, tables_dir)
         path = tables_dir / f"{name}.md"
         atomic_write_text(path, text)
         written[name] = path
@@ -99,8 +107,17 @@ def log_to_wandb(written: dict[str, Path], drawn: dict[str, Path | None], runs_d
     return str(Path(files).parent) if files else str(out / "wandb")
 
 
+# subcommands (`rmsnorm-report compare RUN_OR_DIR...`); without one, the paper's pages
+SUBCOMMANDS = {"compare": "rmsnorm_repro.report.compare", "wandb-workspace": "rmsnorm_repro.report.workspace"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rmsnorm-report", description=__doc__.split("\n\n")[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SUBCOMMANDS:
+        return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+    parser = argparse.ArgumentParser(prog="rmsnorm-report", description=__doc__.split("\n\n")[0],
+                                     epilog="Subcommands (--help for each): rmsnorm-report compare RUN_OR_DIR...; "
+                                            "rmsnorm-report wandb-workspace --entity E --project P.")
     parser.add_argument("runs_dir", type=Path, help="a directory of runs, searched recursively for summary.json")
     parser.add_argument("--table", action="append", required=True,
                         help=f"page to write (repeatable): all, {', '.join(PAGES)}")

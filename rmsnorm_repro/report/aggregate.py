@@ -36,6 +36,7 @@ from typing import Any, Iterable
 import numpy as np
 import yaml
 
+from ..paths import table_command
 from ..record import SUMMARY_NUMBERS, SUMMARY_OBJECTS, check_summary, flatten
 
 # Config keys that never define a group: where outputs go, how they are logged, and the seed.
@@ -177,19 +178,28 @@ class Runs(list):
         self.root = root  # the directory they were read from
 
 
-def load_runs(root: str | Path) -> Runs:
+def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None) -> Runs:
     """Every run under root (searched recursively), in path order; `.in_progress` lists the directories
-    that hold a run's metrics.jsonl or config.yaml but no summary.json (still running, or killed)."""
+    that hold a run's metrics.jsonl or config.yaml but no summary.json (still running, or killed).
+
+    A run whose files cannot be read (a newer record version, a damaged file) raises ValueError, or,
+    when `unreadable` is given, is appended to it as (run directory, why) and left out."""
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"runs directory {root} does not exist: run the sweep first (e.g. make table2)")
-    runs = []
+        raise FileNotFoundError(f"runs directory {root} does not exist: run the sweep first (e.g. {table_command('table2')})")
+    runs, failed = [], set()
     for summary_path in sorted(root.rglob("summary.json")):
         if _skipped(summary_path, root):
             continue
         run_dir = summary_path.parent
-        runs.append(Run(run_dir, read_summary(summary_path), _read_config(run_dir / "config.yaml")))
-    finished = {run.path for run in runs}
+        try:
+            runs.append(Run(run_dir, read_summary(summary_path), _read_config(run_dir / "config.yaml")))
+        except ValueError as err:
+            if unreadable is None:
+                raise
+            unreadable.append((run_dir, str(err)))
+            failed.add(run_dir)
+    finished = {run.path for run in runs} | failed
     started = {path.parent for name in ("metrics.jsonl", "config.yaml") for path in root.rglob(name)
                if not _skipped(path, root)}
     in_progress = [Run(run_dir, {}, _read_config(run_dir / "config.yaml")) for run_dir in sorted(started - finished)]

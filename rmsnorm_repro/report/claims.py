@@ -105,6 +105,26 @@ def convergence_claim(groups: list[Group]) -> Claim:
     return Claim(claim, HOLDS if all(faster) else FAILS, "; ".join(parts))
 
 
+# A difference's verdict (compare.py's tables; within_noise_claims asks the same question)
+WITHIN_NOISE, BETTER, WORSE, TOO_FEW = "within noise", "better", "worse", "cannot tell (n < 2)"
+
+
+def noise_bound(a: Stat, b: Stat) -> float:
+    """Two standard errors of the difference of two means: 2 * sqrt(s_a^2 / n_a + s_b^2 / n_b)."""
+    return 2 * math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
+
+
+def difference_verdict(x: Stat, base: Stat, goal: str) -> str:
+    """x against base for a metric whose better end is `goal` ("max"/"min"): TOO_FEW unless both have
+    2+ values, WITHIN_NOISE when |mean_x - mean_base| <= noise_bound, else BETTER or WORSE."""
+    if x.n < 2 or base.n < 2:
+        return TOO_FEW
+    diff = x.mean - base.mean
+    if abs(diff) <= noise_bound(x, base):
+        return WITHIN_NOISE
+    return BETTER if (diff > 0) == (goal == "max") else WORSE
+
+
 def within_noise_claims(groups: list[Group]) -> list[Claim]:
     """RMSNorm's and pRMSNorm's quality are each within seed noise of LayerNorm's, per task.
 
@@ -130,9 +150,8 @@ def within_noise_claims(groups: list[Group]) -> list[Claim]:
             if a.n < 2 or b.n < 2:
                 claims.append(Claim(claim, UNSURE, numbers + "; needs 2+ seeds of each for a noise estimate"))
                 continue
-            bound = 2 * math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
-            diff = abs(a.mean - b.mean)
-            claims.append(Claim(claim, HOLDS if diff <= bound else FAILS,
+            bound, diff = noise_bound(a, b), abs(a.mean - b.mean)
+            claims.append(Claim(claim, HOLDS if difference_verdict(b, a, "max") == WITHIN_NOISE else FAILS,
                                 f"{numbers}; |difference| {diff:.2f} vs 2 standard errors {bound:.2f}"))
     return claims
 

@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..paths import repo_dir
+from omegaconf import OmegaConf
+
+from ..paths import configs_dir, repo_dir
 from . import figures as figs
 from . import table1
 from .aggregate import Run, describe_env, load_runs
 from .claims import all_claims, markdown as claims_markdown
 from ..atomic import atomic_write_text
+from .sweep import TimedBar, job_count
 from .tables import PAGES, render_page
 
 ROOT = repo_dir() or Path.cwd()  # the checkout (results/mini is committed there), else where it is run
@@ -52,10 +55,22 @@ SWEEPS = (
     Sweep("rnnsearch-fig3", "fig3", ("norm.p=0.25,1.0",)),
     Sweep("rnnsearch-fig4", "fig4", ()),
 )
+# minutes each sweep took for the committed results/mini/REPORT.md (2-core AMD EPYC, 2 jobs): the
+# progress bar's estimate until a sweep has a time of its own (runs/logs/timings.json)
+EXPECTED_MINUTES = {"rnnsearch": 6.3, "transformer": 2.6, "reader": 0.8, "retrieval": 0.5, "convpool": 1.2,
+                    "rnnsearch-fig3": 1.1, "rnnsearch-fig4": 1.2}
 # report section -> the sweep whose runs it reads
 PAGE_SWEEP = {"table2": "rnnsearch", "table3": "rnnsearch", "table4": "transformer", "table5": "rnnsearch",
               "table6": "reader", "table7": "retrieval", "table8": "retrieval", "table9": "convpool",
               "table10": "convpool", "fig1": "rnnsearch", "fig3": "rnnsearch-fig3", "fig4": "rnnsearch-fig4"}
+
+
+def sweep_runs(sweep: Sweep) -> int:
+    """How many runs a sweep has: its preset's sweep values, narrowed by the demo's overrides."""
+    preset = OmegaConf.load(configs_dir() / "experiment" / f"{sweep.experiment}.yaml")
+    params = {str(k): v for k, v in OmegaConf.select(preset, "hydra.sweeper.params", default={}).items()}
+    params.update(line.split("=", 1) for line in sweep.overrides)
+    return job_count(params)[0]
 
 
 def run_sweep(sweep: Sweep, runs_root: Path, logs: Path, jobs: int, max_minutes: float) -> tuple[int, float]:
@@ -152,6 +167,10 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
         if not [r for r in page_runs if r.task == PAGES[name].task]:
             lines += ["", f"## {PAGES[name].title}", "", f"No runs: the `{sweep}` sweep produced none (see runs/logs/{sweep}.log)."]
             continue
+        why = PAGES[name].why_not(page_runs)  # runs of another setting (a p sweep cut to one p) mislabel a page
+        if why is not None:
+            lines += ["", f"## {PAGES[name].title}", "", f"Not shown: {name} {why} (see runs/logs/{sweep}.log)."]
+            continue
         paths = {}
         for figure in PAGES[name].figures:
             if figure not in embedded:  # each figure once, in the first section that shows it
@@ -179,15 +198,20 @@ def main(argv: list[str] | None = None) -> int:
     timings = load_timings(args.out)  # sweeps not trained now keep the time of their last training
     trained: dict[str, tuple[int, float]] = {}
     if not args.report_only:
-        for sweep in SWEEPS:
-            if args.only is not None and sweep.name not in args.only:
-                continue
-            print(f"demo: training {sweep.name} (experiment={sweep.experiment}) ...", flush=True)
-            code, seconds = run_sweep(sweep, args.out / "runs", args.out / "runs" / "logs", args.jobs, args.max_minutes)
-            trained[sweep.name] = timings[sweep.name] = (code, seconds)
-            save_timings(args.out, timings)
-            print(f"demo: {sweep.name} {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min; "
-                  f"log: {args.out / 'runs' / 'logs' / (sweep.name + '.log')}", flush=True)
+        plan = [sweep for sweep in SWEEPS if args.only is None or sweep.name in args.only]
+        expected = {s.name: timings[s.name][1] if s.name in timings else 60 * EXPECTED_MINUTES[s.name] for s in plan}
+        logs = args.out / "runs" / "logs"
+        print(f"demo: {sum(sweep_runs(s) for s in plan)} runs in {len(plan)} sweeps ({', '.join(s.name for s in plan)}) "
+              f"into {args.out / 'runs'}, {args.jobs} at a time, about {sum(expected.values()) / 60:.0f} minutes "
+              f"(finished runs are not trained again); one log per sweep in {logs}", flush=True)
+        with TimedBar(expected, "demo") as bar:
+            for sweep in plan:
+                with bar.step(sweep.name):
+                    code, seconds = run_sweep(sweep, args.out / "runs", logs, args.jobs, args.max_minutes)
+                trained[sweep.name] = timings[sweep.name] = (code, seconds)
+                save_timings(args.out, timings)
+                bar.write(f"demo: {sweep.name} {'done' if code == 0 else f'FAILED (exit {code})'} in "
+                          f"{seconds / 60:.1f} min; log: {logs / (sweep.name + '.log')}")
     path = write_report(args.out, {s.name: timings[s.name] for s in SWEEPS if s.name in timings})
     print(f"demo: wrote {path}")
     return 0 if all(code == 0 for code, _ in trained.values()) else 1

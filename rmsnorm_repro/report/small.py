@@ -29,6 +29,7 @@ from .claims import (FAILS, HOLDS, LEARNED_BLEU, UNSURE, Claim, _by_norm, _fmt, 
                      transformer_baseline_claim)
 from .claims import markdown as claims_markdown
 from .demo import ROOT, finished_at, load_timings, run_logged, runs_of, save_timings, timings_table
+from .sweep import TimedBar
 from ..atomic import atomic_write_text
 from ..runner import precision
 from .tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
@@ -44,6 +45,8 @@ PRIMARY = ("test_bleu", "test_2016_flickr_bleu", "test_2017_flickr_bleu", "valid
 # (the paper's Tables 2 and 4 put LayerNorm, RMSNorm and pRMSNorm within 0.5 BLEU of each other).
 SINGLE_SEED_TOLERANCE = 1.0
 DEFAULT_DATA_ROOT = Path("data") / "multi30k"
+# minutes a run takes in all, training (train.max_minutes: 15) plus the final beam decode (measured: ~16.5)
+RUN_MINUTES = 17.0
 
 
 @dataclass(frozen=True)
@@ -288,17 +291,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"small: {data}", flush=True)
         setup = Setup(root, args.seeds, args.jobs, args.threads or max(1, (os.cpu_count() or 1) // args.jobs),
                       args.precision or default_precision(), args.max_minutes, tuple(args.overrides))
-        for task in TASKS:
-            if args.only is not None and task not in args.only:
-                continue
-            print(f"small: training {task} x {', '.join(NORMS)}, seeds {setup.seeds} ({setup.jobs} at a time, "
-                  f"{setup.threads} thread(s) each, {setup.precision}) ...", flush=True)
-            log = args.out / "runs" / "logs" / f"{task}.log"
-            code, seconds = run_logged(sweep_command(task, args.out / "runs", setup), log, setup.threads)
-            trained[task] = timings[task] = (code, seconds)
-            save_timings(args.out, timings)
-            print(f"small: {task} {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min; log: {log}",
-                  flush=True)
+        tasks = [task for task in TASKS if args.only is None or task in args.only]
+        runs = len(NORMS) * len(setup.seeds.split(","))  # a task's sweep
+        rounds = math.ceil(runs / setup.jobs)
+        expected = {t: timings[t][1] if t in timings else 60 * RUN_MINUTES * rounds for t in tasks}
+        print(f"small: {runs * len(tasks)} runs ({' and '.join(tasks)} x {', '.join(NORMS)} x seeds {setup.seeds}) into "
+              f"{args.out / 'runs'}, {setup.jobs} at a time with {setup.threads} thread(s) each, {setup.precision}; "
+              f"about {sum(expected.values()) / 60:.0f} minutes (finished runs are not trained again)", flush=True)
+        with TimedBar(expected, "small") as bar:
+            for task in tasks:
+                log = args.out / "runs" / "logs" / f"{task}.log"
+                with bar.step(task):
+                    code, seconds = run_logged(sweep_command(task, args.out / "runs", setup), log, setup.threads)
+                trained[task] = timings[task] = (code, seconds)
+                save_timings(args.out, timings)
+                bar.write(f"small: {task} {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min; "
+                          f"log: {log}")
     if not any((args.out / "runs" / task).is_dir() for task in TASKS):
         print(f"small: no runs under {args.out / 'runs'}: nothing to report", file=sys.stderr)
         return 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..paths import paper_dir
+from ..paths import paper_dir, table_command
 from .aggregate import Group, Interval, Run, Stat, describe_env, group_runs, speedup, speedup_interval
 
 PAPER_DIR = paper_dir()  # results/paper of the checkout, or the copy an installed wheel ships
@@ -47,6 +47,16 @@ class Page:
     paper_sets: tuple[tuple[str, str], ...] = (("", ""),)  # (label, CSV column prefix): Table 3 has two
     figures: tuple[str, ...] = ()
     render: Callable[["Page", list[Run], list[Group], list[dict]], list[str]] | None = None
+    # why the task's runs are not this page's setting (None: they are): a figure of one setting
+    # (a p sweep, a shifted init) drawn from runs of another would mislabel them
+    unfit: Callable[[list[Run]], str | None] | None = None
+
+    def why_not(self, runs: list[Run]) -> str | None:
+        """None when the runs of this page's task are its setting, else why not (one line)."""
+        mine = page_runs(self, runs)
+        if not mine:
+            return f"no {self.task} runs"
+        return self.unfit(mine) if self.unfit is not None else None
 
 
 def read_paper(name: str) -> list[dict[str, str]]:
@@ -234,6 +244,28 @@ def render_retrieval(page: Page, runs: list[Run], groups: list[Group], paper: li
     return table(header, body)
 
 
+def _no_p_sweep(runs: list[Run]) -> str | None:
+    """Figure 3 plots pRMSNorm against p: it needs prmsnorm runs at two or more values of p."""
+    ps = sorted({run.p for run in runs if run.norm == "prmsnorm"})
+    if len(ps) >= 2:
+        return None
+    have = f"p={ps[0]:g} only" if ps else "none"
+    return f"needs prmsnorm runs at two or more values of p (these have {have}): run `{table_command('fig3')}`"
+
+
+def _init_centre(run: Run) -> float:
+    model = (run.config.get("task") or {}).get("model") or {}
+    centre = model.get("init_center", 0.0) if isinstance(model, dict) else 0.0
+    return float(centre) if isinstance(centre, (int, float)) else 0.0
+
+
+def _no_init_shift(runs: list[Run]) -> str | None:
+    """Figure 4 is the init centre shifted away from 0 (task.model.init_center, 0.2 in the paper)."""
+    if any(_init_centre(run) != 0.0 for run in runs):
+        return None
+    return f"needs runs with the init centre shifted (task.model.init_center != 0; these have 0): run `{table_command('fig4')}`"
+
+
 TEST14 = Quality("Test14", "test14", ("test14_bleu", "test_bleu"))
 TEST17 = Quality("Test17", "test17", ("test17_bleu",))
 VALID_BLEU = Quality("best valid BLEU", None, ("bleu",), source="best")
@@ -265,9 +297,10 @@ PAGES: dict[str, Page] = {p.name: p for p in (
     Page("fig2", "Figure 2: RNNSearch validation BLEU over training steps", "rnnsearch",
          (VALID_BLEU, TEST_BLEU), time=False, render=render_curve_summary, figures=("fig2",)),
     Page("fig3", "Figure 3: pRMSNorm validation BLEU as p varies", "rnnsearch",
-         (VALID_BLEU, TEST_BLEU), render=render_curve_summary, figures=("fig3",)),
+         (VALID_BLEU, TEST_BLEU), render=render_curve_summary, figures=("fig3",), unfit=_no_p_sweep),
     Page("fig4", "Figure 4: weight-init centre 0.2, LayerNorm against RMSNorm", "rnnsearch",
-         (FINAL_LOSS, VALID_BLEU, TEST_BLEU), time=False, render=render_curve_summary, figures=("fig4",)),
+         (FINAL_LOSS, VALID_BLEU, TEST_BLEU), time=False, render=render_curve_summary, figures=("fig4",),
+         unfit=_no_init_shift),
     Page("fig5", "Figure 5: attentive reader validation error over training steps", "reader",
          (Quality("best valid error %", None, ("error",), source="best", scale=100.0),), time=False,
          render=render_curve_summary, figures=("fig5",)),
@@ -282,7 +315,10 @@ def page_runs(page: Page, runs: list[Run]) -> list[Run]:
 
 def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[str, Path | None],
                 md_dir: Path, heading: str = "#") -> str:
-    """The Markdown page of one table or figure; figure_paths: figure name -> PNG (None: no data)."""
+    """The Markdown page of one table or figure; figure_paths: figure name -> PNG (None: no data).
+
+    runs_dir: the runs' folder as the page names it (relative to md_dir: no machine's absolute path).
+    ValueError when the runs are not the page's setting (Page.unfit)."""
     if name not in PAGES:
         raise ValueError(f"unknown table {name!r}; choose one of: {', '.join(PAGES)}")
     page = PAGES[name]
@@ -291,14 +327,17 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
     runs = page_runs(page, runs)
     if not runs:
         waiting = f" ({len(unfinished)} in progress, without summary.json yet)" if unfinished else ""
-        raise ValueError(f"no {page.task} runs under {runs_dir} for {name}{waiting}: run `make {name}` first")
+        raise ValueError(f"no {page.task} runs under {runs_dir} for {name}{waiting}: run `{table_command(name)}` first")
+    if page.unfit is not None and (why := page.unfit(runs)):
+        raise ValueError(f"{name} {why}")
     groups = group_runs(runs)
     paper = read_paper(name)
     scales = sorted({r.scale for r in runs})
     datas = sorted({r.data for r in runs})
     lines = [f"{heading} {page.title}", ""]
     lines.append(f"Ours: task `{page.task}`, data {', '.join(datas)}, scale {', '.join(scales)}, "
-                 f"{len(runs)} run{'s' if len(runs) != 1 else ''} from `{runs_dir}`.  ")
+                 f"{len(runs)} run{'s' if len(runs) != 1 else ''} from `{runs_dir}` "
+                 "(each row's folders under Runs).  ")
     if unfinished:
         lines.append(f"Not counted, in progress: {len(unfinished)} run{'s' if len(unfinished) != 1 else ''}: "
                      f"{', '.join(_shown(run.path, getattr(runs_all, 'root', None)) for run in unfinished)} "
@@ -325,7 +364,15 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
         path = figure_paths.get(figure)
         if path is not None:
             lines += ["", f"![{figure}]({Path(os.path.relpath(path, md_dir)).as_posix()})"]
+    lines += ["", "Runs (relative to this page):", ""]
+    lines += [f"- {group.label} (completed: {group.status_note()}): " +
+              ", ".join(f"`{relative_to_page(run.path, md_dir)}`" for run in group.runs) for group in groups]
     return "\n".join(lines) + "\n"
+
+
+def relative_to_page(path: str | Path, md_dir: Path) -> str:
+    """A path as a page names it: relative to the page's folder, never the machine's absolute path."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(md_dir).resolve())).as_posix()
 
 
 def _shown(path: Path, root: Path | None) -> str:

@@ -10,10 +10,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from .. import record
 from ..record import SUMMARY_SCALARS, metric_goal
-from .config import ConfigError, scrub
+from .config import ConfigError, is_secret_key, scrub
 from .files import finite_or_none
 
 ONLINE_MODES = ("online", "shared", "run")
@@ -106,8 +107,44 @@ def wandb_mode(logger: DictConfig) -> str:
     return mode
 
 
-def wandb_settings(cfg: DictConfig, config: dict[str, Any], experiment: str | None) -> dict[str, Any]:
-    """The arguments of wandb.init for this run (config already scrubbed of secrets)."""
+def sweep_group() -> str | None:
+    """A multirun job's wandb group: its sweep folder, as "<parent>/<folder>" ("rnnsearch/synthetic-mini",
+    "rnnsearch-fig3/synthetic-mini"), so one multirun is one group; None outside a multirun."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    sweep = Path(HydraConfig.get().sweep.dir)
+    return "/".join(sweep.parts[-2:])
+
+
+def naming_fields(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
+    """The keys that name the run, as top-level config fields ("norm.p" -> "norm_p") so a dashboard
+    groups by them: task, data, scale, norm, p, seed, and every override that names its folder."""
+    fields = {"task_name": cfg.task.name, "data_name": cfg.data.name, "scale_name": cfg.scale.name,
+              "norm_name": cfg.norm.name, "norm_p": float(cfg.norm.p), "seed": int(cfg.seed)}
+    for line in overrides:
+        key = str(line).split("=", 1)[0].lstrip("+~")
+        if key in record.NAME_EXCLUDED or is_secret_key(key) or key.startswith("hydra"):
+            continue
+        value = OmegaConf.select(cfg, key, default=None)
+        if not isinstance(value, DictConfig):  # a config group (norm=rmsnorm) is named by its fields above
+            fields.setdefault(key.replace(".", "_"), OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
+    return fields
+
+
+def recorded_overrides(run_dir: Path) -> list[str]:
+    """The command line's overrides as config.yaml notes them (the runner writes it before wandb starts)."""
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return []
+    return [str(line) for line in OmegaConf.load(path).get("overrides") or []]
+
+
+def wandb_settings(cfg: DictConfig, config: dict[str, Any], experiment: str | None,
+                   overrides: list[str] | None = None) -> dict[str, Any]:
+    """The arguments of wandb.init for this run (config and overrides already scrubbed of secrets)."""
     lg = cfg.logger
     p = f"-p{cfg.norm.p:g}" if float(cfg.norm.p) != 1.0 else ""
     tags = [f"task:{cfg.task.name}", f"data:{cfg.data.name}", f"scale:{cfg.scale.name}", f"norm:{cfg.norm.name}",
@@ -115,11 +152,11 @@ def wandb_settings(cfg: DictConfig, config: dict[str, Any], experiment: str | No
     return {
         "project": lg.get("project", "rmsnorm-repro"),
         "entity": lg.get("entity"),
-        "group": lg.get("group") or experiment or cfg.task.name,
+        "group": lg.get("group") or sweep_group() or experiment or cfg.task.name,
         "name": f"{cfg.norm.name}{p}-s{cfg.seed}",
         "job_type": "train",
         "tags": tags,
-        "config": config,
+        "config": {**config, **naming_fields(cfg, list(overrides or ()))},
     }
 
 
@@ -144,12 +181,15 @@ class WandbLogger:
         argv, sys.argv = sys.argv, scrub(sys.argv)
         try:
             self.run = wandb.init(mode=mode, dir=str(run_dir), id=run_id, resume="allow",
-                                  **wandb_settings(cfg, config, experiment))
+                                  **wandb_settings(cfg, config, experiment, recorded_overrides(run_dir)))
         finally:
             sys.argv = argv
         self._defined: set[str] = set()
         self._define("step")
-        self._define("*", step_metric="step")  # every curve against the training step by default
+        # every curve against the training step by default; wall_s (logged with each metrics line, in
+        # the same wandb row as that step's metrics) is declared too, so a panel can take it as x-axis
+        self._define("wall_s", step_metric="step", summary="max")
+        self._define("*", step_metric="step")
 
     def _define(self, name: str, **kwargs: Any) -> None:
         define = getattr(self.run, "define_metric", None)

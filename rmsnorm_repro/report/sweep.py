@@ -1,0 +1,144 @@
+"""What a multirun is about to do, how far it is, and its compare table at the end.
+
+`SweepCallback` is a Hydra callback (configs/train.yaml, hydra.callbacks): before the first job it
+prints one line (how many runs, over which keys, where, how many at a time); after each job that
+ends in this process (the basic launcher's, which runs jobs one after the other) a line with the
+runs done, the time so far and an estimate of the time left; at the end the compare table of the
+sweep folder (report/compare.py), printed. Each run draws its own
+progress bar with its ETA (runner/console.py). `TimedBar` is the bar of the commands that run
+several sweeps (`make demo`, `make small`).
+
+    job_count({"norm": "layernorm,rmsnorm", "seed": "1,2,3"})   # 6
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from . import compare
+
+
+def job_count(params: dict[str, Any]) -> tuple[int, list[str]]:
+    """(jobs, swept keys) of a multirun whose sweep values are `params` (key -> "a,b", "range(3)")."""
+    count, swept = 1, []
+    for override in OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()]):
+        if override.is_sweep_override():
+            count *= len(list(override.sweep_string_iterator()))
+            swept.append(override.key_or_group)
+    return count, swept
+
+
+def sweep_params(config: DictConfig) -> dict[str, Any]:
+    """The preset's hydra.sweeper.params, with the command line's overrides over them."""
+    params = {str(k): v for k, v in (config.hydra.sweeper.get("params") or {}).items() if v is not None}
+    for line in config.hydra.overrides.task:
+        key, _, value = str(line).partition("=")
+        params[key.lstrip("+~")] = value
+    return params
+
+
+def _shown(path: str | Path) -> str:
+    """A path as a user typed it: relative to the current folder when under it."""
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") else str(path)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+class SweepCallback(Callback):
+    def __init__(self) -> None:
+        self.total, self.done, self.start, self.pid = 0, 0, 0.0, 0
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.total, swept = job_count(sweep_params(config))
+        self.start, self.pid = time.monotonic(), os.getpid()
+        at_once = config.hydra.launcher.get("n_jobs") or config.hydra.launcher.get("array_parallelism") or 1
+        over = f" over {' x '.join(swept)}" if swept else ""
+        print(f"sweep: {self.total} run{'s' if self.total != 1 else ''}{over} into {_shown(config.hydra.sweep.dir)}, "
+              f"{at_once} at a time ({config.hydra.launcher._target_.rsplit('.', 1)[-1]}); a finished run is "
+              "not trained again, and the compare table follows the last run", file=sys.stderr, flush=True)
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if os.getpid() != self.pid:  # a worker of a parallel launcher (with a copy of this object): not its to count
+            return
+        self.done += 1
+        spent = time.monotonic() - self.start
+        left = spent / self.done * (self.total - self.done)
+        print(f"sweep: {self.done}/{self.total} runs done in {_minutes(spent)}; about {_minutes(left)} left",
+              file=sys.stderr, flush=True)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        # printed only: a folder of its own in the sweep folder would sit among the job folders
+        sweep = Path(config.hydra.sweep.dir)
+        try:
+            text = compare.render(compare.compare([str(sweep)]), Path.cwd())
+        except (ValueError, FileNotFoundError) as err:  # e.g. no run completed, or a sweep over tasks
+            print(f"rmsnorm-report compare: {err}", file=sys.stderr, flush=True)
+            return
+        print(text, flush=True)
+        print(f"(`rmsnorm-report compare {_shown(sweep)}` writes this page and its curves)", file=sys.stderr, flush=True)
+
+
+class TimedBar:
+    """A tqdm bar with an ETA over steps of estimated seconds (the sweeps of `make demo` or `make small`):
+    within a step it moves with the clock, never past that step's estimate; a finished step jumps to its end.
+
+        with TimedBar({"rnnsearch": 380.0, "reader": 50.0}, "demo") as bar:
+            with bar.step("rnnsearch"):
+                train()
+    """
+
+    TICK_S = 2.0
+
+    def __init__(self, estimates: dict[str, float], desc: str):
+        from tqdm import tqdm
+
+        self.estimates, self.done_s = estimates, 0.0
+        self.bar = tqdm(total=max(1, round(sum(estimates.values()))), desc=desc, unit="s", file=sys.stderr,
+                        dynamic_ncols=True,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} so far, about {remaining} left{postfix}")
+
+    def __enter__(self) -> "TimedBar":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+    @contextlib.contextmanager
+    def step(self, name: str):
+        import threading
+
+        self.bar.set_postfix_str(name)
+        stop, start = threading.Event(), time.monotonic()
+
+        def tick() -> None:
+            while not stop.wait(self.TICK_S):
+                self._show(min(time.monotonic() - start, self.estimates[name]))
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+            self.done_s += self.estimates[name]
+            self._show(0.0)
+
+    def _show(self, within_step: float) -> None:
+        self.bar.n = min(self.bar.total, round(self.done_s + within_step))
+        self.bar.refresh()
+
+    def write(self, line: str) -> None:
+        """A line above the bar (a sweep's outcome), not through it."""
+        self.bar.write(line, file=sys.stderr)

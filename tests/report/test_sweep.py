@@ -1,0 +1,61 @@
+"""Long commands say what they are about to do and show how far they are: the count of a sweep's
+runs, `make demo`'s plan line and its bar (a real sweep's lines: tests/report/test_compare.py)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rmsnorm_repro.report import demo, sweep
+
+
+def test_job_count_multiplies_the_swept_values():
+    assert sweep.job_count({"norm": "layernorm,rmsnorm", "seed": "range(3)", "optim.lr": "0.1"}) == (6, ["norm", "seed"])
+    assert sweep.job_count({"seed": "1"}) == (1, [])
+
+
+def test_demo_says_its_runs_sweeps_place_and_time_before_it_starts(tmp_path: Path, monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(demo, "run_sweep", lambda s, *args: ran.append(s.name) or (0, 1.5))
+    monkeypatch.setattr(demo, "write_report", lambda out, timings: out / "REPORT.md")
+    assert demo.main(["--out", str(tmp_path / "mini")]) == 0
+    captured = capsys.readouterr()
+    # 8 rnnsearch (4 norms x 2 seeds) + 8 transformer + 5 reader + 4 retrieval + 6 convpool + 2 fig3 + 2 fig4
+    minutes = sum(demo.EXPECTED_MINUTES.values())
+    assert captured.out.startswith(f"demo: 35 runs in 7 sweeps (rnnsearch, transformer, reader, retrieval, convpool, "
+                                   f"rnnsearch-fig3, rnnsearch-fig4) into {tmp_path / 'mini' / 'runs'}, 2 at a time, "
+                                   f"about {minutes:.0f} minutes")
+    assert ran == [s.name for s in demo.SWEEPS]
+    assert "demo: reader done in 0.0 min" in captured.err and "so far, about" in captured.err  # the bar
+    # a second start estimates from the times this machine took
+    assert demo.main(["--out", str(tmp_path / "mini"), "--only", "reader"]) == 0
+    assert f"demo: 5 runs in 1 sweeps (reader) into {tmp_path / 'mini' / 'runs'}, 2 at a time, about 0 minutes" \
+        in capsys.readouterr().out  # 1.5 s last time
+
+
+def test_the_timed_bar_moves_with_the_clock_within_a_step_and_ends_full(monkeypatch):
+    monkeypatch.setattr(sweep.TimedBar, "TICK_S", 0.01)
+    with sweep.TimedBar({"a": 100.0, "b": 50.0}, "test") as bar:
+        with bar.step("a"):
+            time.sleep(0.1)
+            assert 0 <= bar.bar.n < 100  # seconds of clock, capped at the step's estimate
+        assert bar.bar.n == 100
+        with bar.step("b"):
+            pass
+        assert bar.bar.n == bar.bar.total == 150
+
+
+def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path, monkeypatch, capsys):
+    from rmsnorm_repro.report import small
+
+    ran = []
+    monkeypatch.setattr(small, "run_logged", lambda command, log, threads: ran.append(command) or (0, 2.0))
+    monkeypatch.setattr(small, "write_report", lambda out, timings: out / "REPORT.md")
+    (tmp_path / "small" / "runs" / "rnnsearch").mkdir(parents=True)  # as the sweep would leave it
+    args = ["--out", str(tmp_path / "small"), "--seeds", "1,2", "--jobs", "2", "--threads", "1", "--precision", "fp32"]
+    assert small.main(args) == 0
+    out = capsys.readouterr().out
+    # 2 models x 4 norms x 2 seeds; each model's 8 runs two at a time: 4 rounds of RUN_MINUTES
+    expected = 2 * 4 * small.RUN_MINUTES
+    assert (f"small: 16 runs (rnnsearch and transformer x none, layernorm, rmsnorm, prmsnorm x seeds 1,2) into "
+            f"{tmp_path / 'small' / 'runs'}, 2 at a time with 1 thread(s) each, fp32; about {expected:.0f} minutes") in out
+    assert len(ran) == 2
