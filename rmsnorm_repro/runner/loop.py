@@ -148,7 +148,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                 state.units += int(n)
             interval_units, interval_ms = interval_units + int(n), interval_ms + ms
             if run.wandb is not None:
-                run.wandb.log({"loss": loss_value, "step_ms": ms, "lr": lr}, step=done)
+                run.wandb.log({"loss": loss_value, "step_ms": ms, "lr": lr, "wall_s": round(loop.clock(), 3)}, step=done)
             diverged = not math.isfinite(loss_value)
             last = done == total or out_of_time or stopping is not None
 
