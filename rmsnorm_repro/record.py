@@ -2,7 +2,7 @@
 
 Every part of the suite that writes, resumes or reads a run asks here: the runner (the resume guard,
 checkpoints, summary.json), the Hydra config (its run and sweep folder names, through the resolvers
-paths.py registers), the reports and bench (which way a metric is better, which summaries they can
+paths.py registers), the reports and the wandb logger (which way a metric is better, which summaries they can
 read). README "Runs, resume and sweeps" states the same contract for users.
 
     identity(cfg)                  # {"task", "norm", "p", "seed", "data", "scale"}: who a run is
@@ -54,9 +54,6 @@ def selection(train: Any, task_metric: tuple[str, str]) -> tuple[str, str] | Non
 
 
 # Who a run is -----------------------------------------------------------------------------------
-IDENTITY = ("task", "norm", "p", "seed", "data", "scale")
-
-
 def identity(config: dict[str, Any]) -> dict[str, Any]:
     """The run's identity from its resolved config (a plain dict or a DictConfig)."""
     return {"task": config["task"]["name"], "norm": config["norm"]["name"], "p": float(config["norm"]["p"]),
@@ -216,10 +213,8 @@ def fingerprint(config: dict[str, Any]) -> str:
 
 
 # summary.json -------------------------------------------------------------------------------------
-STATUSES = ("completed", "diverged", "interrupted", "failed")
-# keys every summary has, from version 1 on (README "Runs, resume and sweeps" lists them all)
-SUMMARY_KEYS = ("task", "norm", "p", "seed", "data", "scale", "status", "steps", "final", "best")
-# their shapes where present (null is always allowed): objects, numbers, and the scalars a logger shows
+# summary.json's keys (README "Runs, resume and sweeps" lists them all): the shapes of those the
+# report checks (null is always allowed), and the scalars a logger shows
 SUMMARY_OBJECTS = ("final", "best", "env")
 SUMMARY_NUMBERS = ("steps", "p", "seed", "s_per_1k_steps", "step_ms_median", "step_ms_mean", "step_ms_q1", "step_ms_q3")
 SUMMARY_SCALARS = ("status", "steps", "step_ms_median", "step_ms_mean", "s_per_1k_steps", "s_per_1k_steps_ci95",
