@@ -28,6 +28,7 @@ import logging
 import os
 import platform
 import shutil
+import sys
 import sysconfig
 import time
 import warnings
@@ -57,6 +58,16 @@ def build_key(source: Path = SOURCE, extra_cflags: tuple[str, ...] = ()) -> str:
              sysconfig.get_paths().get("include", ""), " ".join([*_cflags(), *extra_cflags]),
              os.environ.get("CXX", "c++"), platform.machine(), _cpu_flags()]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
+
+
+def _prefer_own_ninja() -> None:
+    """Build with the ninja installed beside this Python (pip's, in a venv's bin/) whatever PATH says: two
+    ninja versions on one build folder (a system 1.11 and pip's 1.13) read each other's logs as stale
+    and rebuild, 30-60 s each time (a SLURM job, whose PATH starts with the venv, then a plain shell)."""
+    own = Path(sys.executable).parent
+    path = os.environ.get("PATH", "")
+    if (own / "ninja").is_file() and path.split(os.pathsep)[0] != str(own):
+        os.environ["PATH"] = os.pathsep.join([str(own), path])
 
 
 def _cflags() -> list[str]:
@@ -117,6 +128,7 @@ def build(name: str = "rmsnorm_repro_cpu", extra_cflags: tuple[str, ...] = ()):
     finally:
         torch_ext_log.setLevel(level)
 
+    _prefer_own_ninja()
     try:
         cpp_extension.verify_ninja_availability()
     except RuntimeError:
