@@ -92,6 +92,21 @@ def test_text_loader_reads_the_multi30k_layout(tmp_path):
     assert multi.train == (en, de) and set(multi.tests) == {"test"}
 
 
+def test_the_record_names_a_data_folder_without_this_machines_paths(tmp_path, monkeypatch):
+    multi30k_layout(tmp_path / "data" / "m30k")
+    data = {"name": "text", "src": "en", "tgt": "de", "train": "train", "valid": "val", "test": "test_2016_flickr",
+            "vocab_size": 100}
+    cfg = run_cfg(tmp_path, {**data, "root": str(tmp_path / "data" / "m30k")})  # paths.data_dir = tmp/data
+    assert load_corpus(cfg).info["data"] == "text:<data_dir>/m30k"
+    elsewhere = tmp_path / "corpora" / "multi30k"
+    multi30k_layout(elsewhere)
+    cfg = run_cfg(tmp_path, {**data, "root": str(elsewhere)})
+    assert load_corpus(cfg).info["data"] == "text:.../corpora/multi30k"
+    monkeypatch.chdir(tmp_path)  # a checkout's own folder: relative to it
+    assert load_corpus(cfg).info["data"] == "text:corpora/multi30k"
+    assert str(tmp_path) not in str(load_corpus(cfg).info)
+
+
 def test_text_loader_errors_are_clear(tmp_path):
     multi30k_layout(tmp_path / "m")
     data = {"name": "text", "root": str(tmp_path / "m"), "src": "en", "tgt": "fr", "train": "train", "valid": "val", "test": []}

@@ -50,7 +50,7 @@ def load_corpus(cfg: Mapping[str, Any]) -> Corpus:
         s = synthetic.generate(cfg["task"]["synthetic"])
         return Corpus(s["train"], s["valid"], {"test": s["test"]}, {"data": "synthetic"})
     if name == "text":
-        corpus = _text_corpus(data)
+        corpus = _text_corpus(data, cfg["paths"])
     elif name == "multi30k":
         corpus = _multi30k(data, cfg["paths"])
     elif name == "wmt14":
@@ -59,6 +59,21 @@ def load_corpus(cfg: Mapping[str, Any]) -> Corpus:
         raise ValueError(f"data={name} is not a translation data set; choose synthetic, text, multi30k or wmt14")
     _check_corpus(corpus, f"data={name}")
     return corpus
+
+
+def shown_folder(root: str | os.PathLike, paths: Mapping[str, Any]) -> str:
+    """A data folder as the run record names it (summary.json's data_info, the reports): relative to
+    paths.data_dir or to the working directory (the checkout), else its last two parts; never a path
+    of the machine it ran on."""
+    folder = Path(os.path.expanduser(str(root))).resolve()
+    for base, prefix in ((paths.get("data_dir"), "<data_dir>/"), (Path.cwd(), "")):
+        if base is None:
+            continue
+        try:
+            return prefix + folder.relative_to(Path(os.path.expanduser(str(base))).resolve()).as_posix()
+        except ValueError:
+            continue
+    return ".../" + "/".join(folder.parts[-2:])
 
 
 def _check_corpus(corpus: Corpus, where: str) -> None:
@@ -107,7 +122,7 @@ def _test_splits(data: Mapping[str, Any]) -> list[str]:
     return [test] if isinstance(test, str) else list(test)
 
 
-def _text_corpus(data: Mapping[str, Any]) -> Corpus:
+def _text_corpus(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
     root = data.get("root")
     if not root:
         raise ValueError(f"data={data['name']} needs data.root: a folder with <split>.<lang>[.gz] files")
@@ -123,7 +138,7 @@ def _text_corpus(data: Mapping[str, Any]) -> Corpus:
                      f"{', '.join(s for s in splits if s not in absent) or 'the valid split only'}")
         splits = [s for s in splits if s not in absent]
     tests = {names[s]: _text_pair(root, s, src, tgt) for s in splits}
-    info = {"data": f"text:{root}", "valid": str(data["valid"]),
+    info = {"data": f"text:{shown_folder(root, paths)}", "valid": str(data["valid"]),
             "tests": ", ".join(f"{s} ({names[s]}_bleu)" for s in splits) or "none (valid only)"}
     return Corpus(_text_pair(root, data["train"], src, tgt, train=True), _text_pair(root, data["valid"], src, tgt),
                   tests, info)
@@ -136,7 +151,7 @@ def _present(root: str | os.PathLike, split: str, lang: str) -> bool:
 
 def _multi30k(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
     if data.get("root"):
-        return _text_corpus(data)
+        return _text_corpus(data, paths)
     import datasets
 
     cache = Path(paths["data_dir"]) / "hf"
@@ -179,7 +194,7 @@ def _wmt14(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
 
     tests = {"test14": pair("test"), "test14_filtered": _text_pair(root, "newstest2014-filtered", src, tgt),
              "test17": _text_pair(root, "newstest2017", src, tgt)}
-    info = {"data": f"wmt14:{root}",
+    info = {"data": f"wmt14:{shown_folder(root, paths)}",
             "test14": f"newstest2014 full ({len(tests['test14'][0])} lines, hub wmt/wmt14 de-en): the paper's Test14 column",
             "test14_filtered": f"newstest2014 filtered ({len(tests['test14_filtered'][0])} lines, sacrebleu wmt14 en-de)",
             "test17": "newstest2017 (sacrebleu wmt17 en-de)"}
