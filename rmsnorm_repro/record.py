@@ -17,6 +17,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable
 
 # summary.json and the checkpoints carry this; summaries without it were written before it existed
@@ -132,6 +133,29 @@ def command_line_sweeps(args: Iterable[str]) -> list[str]:
 
     overrides = OverridesParser.create().parse_overrides([a for a in args if not a.startswith("-")])
     return sorted({o.key_or_group for o in overrides if o.is_sweep_override() and not o.key_or_group.startswith("hydra")})
+
+
+# How the record names a data folder -------------------------------------------------------------
+def shown_folder(root: str | os.PathLike, data_dir: str | os.PathLike | None = None) -> str:
+    """A data folder as summary.json's data_info and the reports name it: relative to paths.data_dir
+    ("<data_dir>/m30k") or to the working directory (the checkout), else its last two parts
+    (".../data/multi30k"); never a path of the machine it ran on."""
+    folder = Path(os.path.expanduser(str(root))).resolve()
+    for base, prefix in ((data_dir, "<data_dir>/"), (Path.cwd(), "")):
+        if base is None:
+            continue
+        try:
+            return prefix + folder.relative_to(Path(os.path.expanduser(str(base))).resolve()).as_posix()
+        except ValueError:
+            continue
+    return ".../" + "/".join(folder.parts[1:][-2:])
+
+
+def shown_source(source: str) -> str:
+    """data_info's "kind:folder" with the folder as shown_folder names it (summaries written before it
+    carried absolute paths); other sources ("synthetic", "hub:...") as they are."""
+    kind, sep, where = source.partition(":")
+    return f"{kind}:{shown_folder(where)}" if sep and os.path.isabs(where) else source
 
 
 # What may change on resume ----------------------------------------------------------------------

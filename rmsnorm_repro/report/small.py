@@ -31,6 +31,7 @@ from .claims import markdown as claims_markdown
 from .demo import ROOT, finished_at, load_timings, run_logged, runs_of, save_timings, timings_table
 from .sweep import TimedBar
 from ..atomic import atomic_write_text
+from ..record import shown_source
 from ..runner import precision
 from .tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
 
@@ -86,7 +87,7 @@ def splits_line(runs: list[Run]) -> str:
     """Which splits the runs were scored on, from their summaries (data_info and the final metrics)."""
     tests = sorted({str((run.summary.get("data_info") or {}).get("tests")) for run in runs
                     if (run.summary.get("data_info") or {}).get("tests")})
-    sources = sorted({str((run.summary.get("data_info") or {}).get("data")) for run in runs
+    sources = sorted({shown_source(str((run.summary.get("data_info") or {}).get("data"))) for run in runs
                       if (run.summary.get("data_info") or {}).get("data")})
     metrics = [m for m in split_metrics(runs) if m != "valid_beam_bleu"]
     used = "valid (the whole split) and " + ", ".join(f"`{split_label(m)}`" for m in metrics) if metrics else \

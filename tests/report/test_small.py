@@ -198,6 +198,7 @@ def test_small_report_from_run_directories(tmp_path):
     text = (out / "REPORT.md").read_text()
     assert "Machine: " in text and "device_name=AMD EPYC" in text and "precision=fp32" in text
     assert "**valid only**" in text and "nrefs:1|case:mixed" in text
+    assert "Data: text:.../m30k." in text and "text:/m30k" not in text  # an older summary's absolute path, not shown
     assert "| valid BLEU (beam) |" in text and "| rmsnorm | 1 | 300 | 31.4 |" in text
     assert "| none | 0 of 1 (1 diverged) | 120 | fails to train |" in text
     assert "| Table 4: the Transformer without normalization fails to train | **holds** | all 1 Baseline runs diverged |" in text

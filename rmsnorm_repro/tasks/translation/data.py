@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from ...atomic import atomic_path, cached
+from ...record import shown_folder
 from ..base import read_lines as read_file_lines
 from . import synthetic
 from .vocab import BOS, EOS, PAD, Vocab, build_vocab, corpus_hash
@@ -59,21 +60,6 @@ def load_corpus(cfg: Mapping[str, Any]) -> Corpus:
         raise ValueError(f"data={name} is not a translation data set; choose synthetic, text, multi30k or wmt14")
     _check_corpus(corpus, f"data={name}")
     return corpus
-
-
-def shown_folder(root: str | os.PathLike, paths: Mapping[str, Any]) -> str:
-    """A data folder as the run record names it (summary.json's data_info, the reports): relative to
-    paths.data_dir or to the working directory (the checkout), else its last two parts; never a path
-    of the machine it ran on."""
-    folder = Path(os.path.expanduser(str(root))).resolve()
-    for base, prefix in ((paths.get("data_dir"), "<data_dir>/"), (Path.cwd(), "")):
-        if base is None:
-            continue
-        try:
-            return prefix + folder.relative_to(Path(os.path.expanduser(str(base))).resolve()).as_posix()
-        except ValueError:
-            continue
-    return ".../" + "/".join(folder.parts[-2:])
 
 
 def _check_corpus(corpus: Corpus, where: str) -> None:
@@ -138,7 +124,7 @@ def _text_corpus(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
                      f"{', '.join(s for s in splits if s not in absent) or 'the valid split only'}")
         splits = [s for s in splits if s not in absent]
     tests = {names[s]: _text_pair(root, s, src, tgt) for s in splits}
-    info = {"data": f"text:{shown_folder(root, paths)}", "valid": str(data["valid"]),
+    info = {"data": f"text:{shown_folder(root, paths.get('data_dir'))}", "valid": str(data["valid"]),
             "tests": ", ".join(f"{s} ({names[s]}_bleu)" for s in splits) or "none (valid only)"}
     return Corpus(_text_pair(root, data["train"], src, tgt, train=True), _text_pair(root, data["valid"], src, tgt),
                   tests, info)
@@ -194,7 +180,7 @@ def _wmt14(data: Mapping[str, Any], paths: Mapping[str, Any]) -> Corpus:
 
     tests = {"test14": pair("test"), "test14_filtered": _text_pair(root, "newstest2014-filtered", src, tgt),
              "test17": _text_pair(root, "newstest2017", src, tgt)}
-    info = {"data": f"wmt14:{shown_folder(root, paths)}",
+    info = {"data": f"wmt14:{shown_folder(root, paths.get('data_dir'))}",
             "test14": f"newstest2014 full ({len(tests['test14'][0])} lines, hub wmt/wmt14 de-en): the paper's Test14 column",
             "test14_filtered": f"newstest2014 filtered ({len(tests['test14_filtered'][0])} lines, sacrebleu wmt14 en-de)",
             "test17": "newstest2017 (sacrebleu wmt17 en-de)"}
