@@ -182,7 +182,8 @@ def _under(key: str, roots: Iterable[str]) -> bool:
     return any(key == r or key.startswith(r + ".") for r in roots)
 
 
-def _resolved_device(name: Any) -> str:
+def resolved_device(name: Any) -> str:
+    """`device=auto` as this machine resolves it (cuda where there is one, else cpu); others as they are."""
     if name == "auto":
         import torch
 
@@ -215,7 +216,7 @@ def changes(saved: dict[str, Any], new: dict[str, Any]) -> Changes:
         line = f"{key}: {old!r} -> {now!r}"
         if _under(key, BUDGET):
             out.budget.append(line)
-        elif _under(key, HARMLESS) or (key == "device" and _resolved_device(old) == _resolved_device(now)):
+        elif _under(key, HARMLESS) or (key == "device" and resolved_device(old) == resolved_device(now)):
             out.harmless.append(line)
         elif old == ABSENT or now == ABSENT:
             # a key this version of the suite added (at its default) or dropped since the run started

@@ -30,7 +30,7 @@ from . import record
 from .paths import configs_dir
 from .runner import ConfigError, run
 from .runner.config import scrub_yaml_file
-from .runner.signals import forward_to_workers, in_sweep_worker, stop_if_sweep_worker
+from .runner.signals import forward_to_workers, in_sweep_worker, park_if_sweep_stops
 
 
 class RunFailed(Exception):
@@ -79,8 +79,9 @@ def _job(cfg: DictConfig) -> None:
         raise RunFailed(str(e)) from None  # a multirun goes on; Hydra re-raises this at its end
     if summary["status"] == "interrupted":
         code = 128 + signal.Signals[summary["interrupted_by"]].value
-        stop_if_sweep_worker()
-        if in_sweep_worker():  # stopped on its own: the sweep's other jobs go on (an Exception, not an exit)
+        if in_sweep_worker():
+            park_if_sweep_stops()
+            # stopped on its own: the sweep's other jobs go on (an Exception, not an exit)
             raise RunInterrupted(code, f"{run_dir} was interrupted by {summary['interrupted_by']}")
         raise SystemExit(code)
 

@@ -24,8 +24,7 @@ from .. import allocator, record
 from ..atomic import atomic_write_text
 from ..norms import Normalization, build_normalization
 from ..tasks import TASKS, Task, get_task_class
-from . import distributed, precision
-from . import checkpoint
+from . import checkpoint, distributed, precision
 from .checkpoint import TrainState, seed_everything
 from .config import ConfigError, check_config, check_data_root, scrub
 from .console import log
@@ -188,9 +187,7 @@ def normalization(cfg: DictConfig, cls: type[Task]) -> Normalization:
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    return torch.device(record.resolved_device(name))
 
 
 def guard_resume(plan: Plan) -> None:

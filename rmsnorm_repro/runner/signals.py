@@ -4,7 +4,7 @@ A run (stop_requests) checkpoints after the current step, or cuts its evaluation
 batches, and exits 128 + signal. A sweep whose jobs run in worker processes (launcher=joblib,
 local_parallel) asks each of them to stop (forward_to_workers), waits for their checkpoints, and
 exits: no worker keeps training as an orphan, and no further job starts. A worker whose job was
-interrupted while the sweep stops parks itself (stop_if_sweep_worker), so the sweep's wait ends as
+interrupted while the sweep stops parks itself (park_if_sweep_stops), so the sweep's wait ends as
 soon as they have checkpointed; a job stopped on its own (a signal to that worker alone) ends as a
 single run does and the sweep goes on. Ctrl-C reaches a sweep's workers twice (the terminal signals the whole process group,
 and the sweep passes it on): the sweep passes SIGTERM, so that only a second Ctrl-C kills.
@@ -110,7 +110,7 @@ def _is_resource_tracker(proc) -> bool:
 
 
 def _busy(proc) -> bool:
-    """A worker still running a job: neither ended nor parked by stop_if_sweep_worker."""
+    """A worker still running a job: neither ended nor parked by park_if_sweep_stops."""
     import psutil
 
     try:
@@ -120,7 +120,8 @@ def _busy(proc) -> bool:
 
 
 def in_sweep_worker() -> bool:
-    """Whether this process is a worker of a local sweep (a descendant of the sweep's main process)."""
+    """Whether this process is a worker of a local sweep: a descendant of the sweep's main process (a
+    SLURM job, which inherits the variable too, is not: the scheduler ends it)."""
     import psutil
 
     sweep = os.environ.get(SWEEP_PID_ENV)
@@ -128,15 +129,14 @@ def in_sweep_worker() -> bool:
         return False
     with contextlib.suppress(psutil.Error, ValueError):
         return any(parent.pid == int(sweep) for parent in psutil.Process().parents())
-    return False  # a SLURM job: its own process, ended by the scheduler
+    return False
 
 
-def stop_if_sweep_worker() -> None:
-    """In a local sweep's worker whose job the stopping sweep interrupted: park the process (SIGSTOP)
-    until the sweep ends it. It must not take the next job, and it must not exit either, or the pool
-    would kill its sibling workers mid-checkpoint. A job stopped on its own returns."""
-    if not in_sweep_worker():
-        return
+def park_if_sweep_stops() -> None:
+    """In a local sweep's worker (in_sweep_worker) whose job was interrupted: if the sweep itself is
+    stopping, park the process (SIGSTOP) until the sweep ends it. It must not take the next job, and it
+    must not exit either, or the pool would kill its sibling workers mid-checkpoint. A job stopped on
+    its own returns."""
     deadline = time.monotonic() + STOP_NOTICE_WAIT_S
     while not _stop_notice(os.environ[SWEEP_PID_ENV]).exists():
         if time.monotonic() > deadline:
