@@ -30,20 +30,23 @@ test-fast: install
 demo: install
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.report.demo --out results/mini
 
-# Real language: RNNSearch and Transformer x {none, layernorm, rmsnorm, prmsnorm} on Multi30k En-De at
-# scale=small (20 minutes a run, training + final beam decode), then results/small/REPORT.md (README,
-# "Real language: Multi30k"). `make small [SEEDS=1,2] [DATA_ROOT=dir] [SMALL_JOBS=1] [PRECISION=fp32]`.
-# DATA_ROOT: a raw Multi30k folder (train/val[/test_*].en/.de[.gz]); when it does not exist, the hub copy
-# (`make data-multi30k` once). SMALL_JOBS=2: two runs at a time, one thread each (8 runs a seed: ~80 min
-# on 2 cores); SMALL_JOBS=1: one at a time with all cores. PRECISION: bf16 where the CPU has AMX
-# (amx_bf16: fast bf16 matrix products), fp32 elsewhere (bf16 without AMX or AVX512-BF16: ~100x slower matmuls).
+# Real language: RNNSearch and Transformer x {none, layernorm, rmsnorm, prmsnorm} x 2 seeds on Multi30k
+# En-De at scale=small (a fixed number of steps a run, under 18 CPU-core-minutes with the final beam
+# decode), then results/small/REPORT.md (README, "Real language: Multi30k"); it prints its plan (runs, CPU,
+# expected minutes from earlier runs' times) first, and a rerun after a kill continues where it stopped.
+# `make small [SMALL_SEEDS=1,2] [DATA_ROOT=dir] [SMALL_JOBS=2] [PRECISION=fp32]`. DATA_ROOT: a raw Multi30k
+# folder (train/val[/test_*].en/.de[.gz]), relative to the checkout or absolute; when it does not exist,
+# the hub copy (`make data-multi30k` once). SMALL_JOBS=2: two runs at a time, one thread each;
+# SMALL_JOBS=1: one at a time with all cores. PRECISION: bf16 where the CPU has AMX (amx_bf16: fast bf16
+# matrix products), fp32 elsewhere (bf16 without AMX or AVX512-BF16: ~100x slower matmuls).
 DATA_ROOT ?= data/multi30k
 SMALL_JOBS ?= 2
+SMALL_SEEDS ?= 1,2
 PRECISION ?= $(shell lscpu 2>/dev/null | grep -q amx_bf16 && echo bf16 || echo fp32)
 .PHONY: small
 small: install
 	$(PY) -m rmsnorm_repro.report.small --out results/small --data-root $(DATA_ROOT) --jobs $(SMALL_JOBS) \
-		--precision $(PRECISION) --seeds $(or $(SEEDS),1) $(ARGS)
+		--precision $(PRECISION) --seeds $(SMALL_SEEDS) $(ARGS)
 
 # Table 1 is computed, not trained: refreshes the committed results/tables/table1.md, exit 1 unless
 # 30/30 cells match.

@@ -420,12 +420,26 @@ def speedup_interval(x: Group, ln: Group) -> Interval | None:
     return Interval(*map(float, np.percentile(1.0 - t_x / t_ln, [2.5, 97.5])))
 
 
+# "train_loss" names the training-loss curve a figure or claim reads: window_loss (per unit, e.g. target
+# token, averaged over each logging window: Nematus' display and the paper's Figure 1) where the runs
+# logged it, else loss (each logged step's own, as runs written before window_loss have it)
+TRAIN_LOSS = "train_loss"
+
+
+def resolve_metric(metric: str, runs: list[Run]) -> str:
+    """TRAIN_LOSS -> "window_loss" when every run logged it, else "loss"; any other metric as it is."""
+    if metric != TRAIN_LOSS:
+        return metric
+    return "window_loss" if runs and all(run.points("window_loss") for run in runs) else "loss"
+
+
 def mean_curve(runs: list[Run], metric: str, x: str = "step") -> tuple[list[float], list[float], list[float]]:
     """(x, mean, std) of a metric over runs, at the steps every run logged it.
 
     With x="wall_s" the x value is the mean wall-clock time of those steps. Runs that stopped early
     (diverged) end the curve where they end: averaging a survivor with nothing would be a lie.
     """
+    metric = resolve_metric(metric, runs)
     per_run = [{step: (xv, y) for step, xv, y in run.points(metric, x)} for run in runs]
     if not per_run:
         return [], [], []

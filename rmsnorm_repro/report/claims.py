@@ -9,17 +9,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .aggregate import Group, Run, Stat, group_runs, mean_curve, speedup, speedup_interval
+import numpy as np
+
+from .aggregate import TRAIN_LOSS, Group, Run, Stat, group_runs, mean_curve, resolve_metric
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "cannot tell"
-# quality metric per task: (metric names tried in order, how to print it); which way is better:
-# rmsnorm_repro.record.metric_goal
+# quality metric per task: (metric names tried in order, how to print it, the margin within which
+# two norms "match", its unit); which way is better: rmsnorm_repro.record.metric_goal. Margins: 1 BLEU
+# (the paper's Tables 2 and 4 call norms within ~0.5 BLEU comparable), 1 point of error (Table 6's
+# norms differ by more), 3 points of R@K sum (six recalls: 0.5 each), 0.5 point of CIFAR error
 QUALITY = {
-    "rnnsearch": (("test14_bleu", "test_bleu"), "test BLEU"),
-    "transformer": (("test14_bleu", "test_bleu"), "test BLEU"),
-    "reader": (("error",), "test error"),
-    "retrieval": (("rsum", "caption_r1"), "test R@K sum"),
-    "convpool": (("error",), "test error %"),
+    "rnnsearch": (("test14_bleu", "test_bleu"), "test BLEU", 1.0, " BLEU"),
+    "transformer": (("test14_bleu", "test_bleu"), "test BLEU", 1.0, " BLEU"),
+    "reader": (("error",), "test error", 0.01, ""),
+    "retrieval": (("rsum", "caption_r1"), "test R@K sum", 3.0, ""),
+    "convpool": (("error",), "test error %", 0.5, " points"),
 }
 TASK_ORDER = ("rnnsearch", "transformer", "reader", "retrieval", "convpool")
 # below this validation BLEU a translation model has learned nothing worth comparing
@@ -83,8 +87,9 @@ def _steps_to_reach(xs: list[float], ys: list[float], target: float) -> float | 
 def convergence_claim(groups: list[Group]) -> Claim:
     """Fig. 1: normalized RNNSearch reaches the Baseline's final training loss in fewer steps.
 
-    Target: the Baseline's loss averaged over its last three logged points (mean over seeds); each
-    norm's step is where its own seed-averaged, 3-point smoothed loss first reaches that target.
+    Target: the Baseline's training loss (per target token over each logging window where the runs
+    logged it: the paper's quantity) averaged over its last three logged points (mean over seeds);
+    each norm's step is where its own seed-averaged, 3-point smoothed loss first reaches that target.
     """
     claim = "Fig. 1: normalized RNNSearch converges in fewer steps than the Baseline"
     norms = _by_norm(groups, "rnnsearch")
@@ -92,67 +97,145 @@ def convergence_claim(groups: list[Group]) -> Claim:
     normalized = [norms[n] for n in ("layernorm", "rmsnorm", "prmsnorm") if n in norms]
     if base is None or not base.completed or not normalized:
         return Claim(claim, UNSURE, "needs completed rnnsearch runs of none and at least one norm")
-    bx, by, _ = mean_curve(base.completed, "loss")
+    metric = resolve_metric(TRAIN_LOSS, [run for group in (base, *normalized) for run in group.completed])
+    bx, by, _ = mean_curve(base.completed, metric)
     if len(by) < 3:
         return Claim(claim, UNSURE, "the Baseline logged fewer than 3 loss points")
     target = sum(by[-3:]) / 3
-    parts, faster = [f"Baseline's final loss {target:.3f} at step {bx[-1]:g}"], []
+    parts, faster = [f"Baseline's final `{metric}` {target:.3f} at step {bx[-1]:g}"], []
     for group in normalized:
-        xs, ys, _ = mean_curve(group.completed, "loss")
+        xs, ys, _ = mean_curve(group.completed, metric)
         step = _steps_to_reach(xs, ys, target)
         faster.append(step is not None and step < bx[-1])
         parts.append(f"{group.label} reaches it at step {step:g}" if step is not None else f"{group.label} never does")
     return Claim(claim, HOLDS if all(faster) else FAILS, "; ".join(parts))
 
 
-# A difference's verdict (compare.py's tables; within_noise_claims asks the same question)
+# One rule for every comparison of two groups of seeds ----------------------------------------------
+# A difference of means gets a Welch interval (each side's own variance; degrees of freedom by
+# Welch-Satterthwaite, rounded down, which widens the interval: the conservative side).
+DIFFERENCE_LEVEL = 0.95   # "is X better than Y": the 95% interval excludes 0
+EQUIVALENCE_LEVEL = 0.90  # "X matches Y within +-margin": the 90% interval lies inside (TOST at 5%)
 WITHIN_NOISE, BETTER, WORSE, TOO_FEW = "within noise", "better", "worse", "cannot tell (n < 2)"
 
 
-def noise_bound(a: Stat, b: Stat) -> float:
-    """Two standard errors of the difference of two means: 2 * sqrt(s_a^2 / n_a + s_b^2 / n_b)."""
-    return 2 * math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile (p in (0.5, 1)) of Student's t with an integer df >= 1: bisection on its CDF,
+    which for integer df is a finite sum (Abramowitz & Stegun 26.7.3-4)."""
+    def cdf(t: float) -> float:
+        theta = math.atan(t / math.sqrt(df))
+        c, s = math.cos(theta), math.sin(theta)
+        if df % 2:  # odd: 2 theta / pi + (2/pi) sin cos (1 + 2/3 cos^2 + ...)
+            term, total = c, c if df > 1 else 0.0
+            for k in range(1, (df - 1) // 2):
+                term *= c * c * (2 * k) / (2 * k + 1)
+                total += term
+            a = (2 / math.pi) * (theta + s * total)
+        else:       # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+            term, total = 1.0, 1.0
+            for k in range(1, df // 2):
+                term *= c * c * (2 * k - 1) / (2 * k)
+                total += term
+            a = s * total
+        return 0.5 + 0.5 * a
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def difference_interval(x: Stat, base: Stat, level: float) -> tuple[float, float] | None:
+    """Welch's two-sided `level` interval on mean_x - mean_base; None unless both have 2+ values."""
+    if x.n < 2 or base.n < 2:
+        return None
+    va, vb = x.std ** 2 / x.n, base.std ** 2 / base.n
+    diff, se = x.mean - base.mean, math.sqrt(va + vb)
+    if se == 0:
+        return diff, diff
+    df = max(1, math.floor((va + vb) ** 2 / (va ** 2 / (x.n - 1) + vb ** 2 / (base.n - 1))))
+    half = t_quantile(0.5 + level / 2, df) * se
+    return diff - half, diff + half
 
 
 def difference_verdict(x: Stat, base: Stat, goal: str) -> str:
     """x against base for a metric whose better end is `goal` ("max"/"min"): TOO_FEW unless both have
-    2+ values, WITHIN_NOISE when |mean_x - mean_base| <= noise_bound, else BETTER or WORSE."""
-    if x.n < 2 or base.n < 2:
+    2+ values, BETTER or WORSE when the 95% interval of the difference excludes 0, else WITHIN_NOISE."""
+    interval = difference_interval(x, base, DIFFERENCE_LEVEL)
+    if interval is None:
         return TOO_FEW
-    diff = x.mean - base.mean
-    if abs(diff) <= noise_bound(x, base):
+    lo, hi = interval
+    if lo <= 0 <= hi:
         return WITHIN_NOISE
-    return BETTER if (diff > 0) == (goal == "max") else WORSE
+    return BETTER if (lo > 0) == (goal == "max") else WORSE
 
 
-def within_noise_claims(groups: list[Group]) -> list[Claim]:
-    """RMSNorm's and pRMSNorm's quality are each within seed noise of LayerNorm's, per task.
+def seeds_to_decide(x: Stat, base: Stat, margin: float, most: int = 50) -> int | None:
+    """Seeds a side at which the equivalence interval would decide (inside or outside +-margin), if
+    the means and spreads stayed as measured; None when more than `most` (or no spread is known)."""
+    if x.n < 2 or base.n < 2:
+        return None
+    for n in range(max(x.n, base.n) + 1, most + 1):
+        lo, hi = difference_interval(Stat(x.mean, x.std, n), Stat(base.mean, base.std, n), EQUIVALENCE_LEVEL)
+        if -margin < lo and hi < margin or lo > margin or hi < -margin:
+            return n
+    return None
 
-    Within noise: |mean_X - mean_LN| <= 2 * sqrt(s_X^2 / n_X + s_LN^2 / n_LN) (two standard errors of
-    the difference); needs at least 2 completed seeds of each.
-    """
+
+def equivalence(x: Stat, base: Stat, margin: float, unit: str = "") -> tuple[str, str]:
+    """(verdict, reason) of "x matches base within +-margin": with 2+ values a side, the 90% Welch
+    interval of mean_x - mean_base; HOLDS inside (-margin, margin), FAILS entirely outside it,
+    UNSURE otherwise, with the seeds a side that would decide; UNSURE with fewer than 2 a side."""
+    bound = f"+-{margin:g}{unit}"
+    interval = difference_interval(x, base, EQUIVALENCE_LEVEL)
+    if interval is None:
+        return UNSURE, (f"difference {x.mean - base.mean:+.2f}; {min(x.n, base.n)} seed(s) on one side: an interval "
+                        f"needs 2+ seeds a side (then compared with {bound})")
+    lo, hi = interval
+    text = f"difference {x.mean - base.mean:+.2f}, 90% interval [{lo:+.2f}, {hi:+.2f}] vs {bound}"
+    if -margin < lo and hi < margin:
+        return HOLDS, text + ": inside"
+    if lo > margin or hi < -margin:
+        return FAILS, text + ": outside"
+    n = seeds_to_decide(x, base, margin)
+    return UNSURE, text + (f"; about {n} seeds a side would decide, if means and spreads stay" if n
+                           else "; more than 50 seeds a side would be needed at this spread")
+
+
+def match_claims(groups: list[Group], tasks: tuple[str, ...] = TASK_ORDER,
+                 metrics: dict[str, tuple[str, ...]] | None = None,
+                 bootstrap: dict[tuple[str, str], str] | None = None) -> list[Claim]:
+    """RMSNorm's and pRMSNorm's quality each match LayerNorm's within the task's margin (QUALITY),
+    judged by `equivalence`. metrics: per task, the metric names to try (default QUALITY's);
+    bootstrap: (task, norm) -> a paired bootstrap summary shown beside the verdict."""
     claims = []
-    for task in TASK_ORDER:
+    for task in tasks:
         norms = _by_norm(groups, task)
-        names, shown = QUALITY[task]
+        names, shown, margin, unit = QUALITY[task]
+        names = (metrics or {}).get(task, names)
         for norm, name in (("rmsnorm", "RMSNorm"), ("prmsnorm", "pRMSNorm")):
-            claim = f"{task}: {name}'s {shown} is within seed noise of LayerNorm's"
+            claim = f"{task}: {name}'s {shown} matches LayerNorm's (within {margin:g}{unit})"
             if "layernorm" not in norms or norm not in norms:
                 claims.append(Claim(claim, UNSURE, f"needs {task} runs of layernorm and {norm}"))
                 continue
             ln, other = norms["layernorm"], norms[norm]
+            if other.fails_to_train:
+                claims.append(Claim(claim, FAILS, f"every {norm} run diverged"))
+                continue
             metric = next((m for m in names if ln.stat(m) is not None and other.stat(m) is not None), None)
             if metric is None:
                 claims.append(Claim(claim, UNSURE, f"no completed runs with {' or '.join(names)} for both"))
                 continue
             a, b = ln.stat(metric), other.stat(metric)
             numbers = f"LayerNorm {_fmt(a)}, {other.label.replace(norm, name, 1)} {_fmt(b)} (`{metric}`)"
-            if a.n < 2 or b.n < 2:
-                claims.append(Claim(claim, UNSURE, numbers + "; needs 2+ seeds of each for a noise estimate"))
+            if task in ("rnnsearch", "transformer") and max(a.mean, b.mean) < LEARNED_BLEU:
+                claims.append(Claim(claim, UNSURE, f"{numbers}; neither reached BLEU {LEARNED_BLEU:g}: nothing learned"))
                 continue
-            bound, diff = noise_bound(a, b), abs(a.mean - b.mean)
-            claims.append(Claim(claim, HOLDS if difference_verdict(b, a, "max") == WITHIN_NOISE else FAILS,
-                                f"{numbers}; |difference| {diff:.2f} vs 2 standard errors {bound:.2f}"))
+            verdict, reason = equivalence(b, a, margin, unit)
+            extra = (bootstrap or {}).get((task, norm))
+            claims.append(Claim(claim, verdict, f"{numbers}; {reason}" + (f"; {extra}" if extra else "")))
     return claims
 
 
@@ -187,12 +270,28 @@ def _fmt_time(group: Group) -> str:
     return text + (f" [{interval.lo:.1f}, {interval.hi:.1f}]" if interval is not None else "")
 
 
-def speed_claims(groups: list[Group]) -> list[Claim]:
+SPEED_DRAWS = 2000  # bootstrap draws for a side-by-side speed-up's interval
+
+
+def side_by_side_speedup(times_x: list[float], times_ln: list[float]) -> tuple[float, float, float]:
+    """(speed-up, 95% lo, hi) of X over LayerNorm from step times measured side by side: 1 - median_X /
+    median_LN, its interval the percentiles over bootstrap draws of both sets of steps."""
+    x, ln = np.asarray(times_x, dtype=np.float64), np.asarray(times_ln, dtype=np.float64)
+    rng = np.random.default_rng(0)
+    draws = 1.0 - (np.median(rng.choice(x, (SPEED_DRAWS, len(x))), axis=1)
+                   / np.median(rng.choice(ln, (SPEED_DRAWS, len(ln))), axis=1))
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return 1.0 - float(np.median(x) / np.median(ln)), float(lo), float(hi)
+
+
+def speed_claims(groups: list[Group], measured: dict[str, dict[str, list[float]]] | None = None,
+                 how: str = "") -> list[Claim]:
     """RMSNorm (and pRMSNorm, where it ran) take less time per training step than LayerNorm, per task.
 
-    With step-time intervals (aggregate.speedup_interval): holds when the speed-up's 95% interval lies
-    above 0, does not hold when it lies below, and "cannot tell" (within noise) when it holds 0.
-    Runs without intervals (older summaries) fall back to the sign of the speed-up.
+    Judged only from step times measured side by side in one process (`measured`: {task: {norm: ms}},
+    bench.steps.side_by_side, described by `how`): holds when the speed-up's 95% interval lies above 0,
+    does not hold below it, "cannot tell" when it holds 0. The runs' own step times are shown, never
+    judged: runs train at different times, beside other jobs.
     """
     claims = []
     for task in TASK_ORDER:
@@ -200,23 +299,25 @@ def speed_claims(groups: list[Group]) -> list[Claim]:
         ln = norms.get("layernorm")
         for name in ("rmsnorm", "prmsnorm"):
             group = norms.get(name)
-            if ln is None or ln.time() is None or group is None or group.time() is None:
+            if ln is None or group is None:
                 if name == "rmsnorm":
                     claims.append(Claim(f"{task}: rmsnorm is faster per step than LayerNorm", UNSURE,
-                                        f"needs timed {task} runs of layernorm and rmsnorm"))
+                                        f"needs {task} runs of layernorm and rmsnorm"))
                 continue
-            gain = speedup(group.time(), ln.time())
-            interval = speedup_interval(group, ln)
-            numbers = (f"s / 1k steps: LayerNorm {_fmt_time(ln)}, {group.label} {_fmt_time(group)}; "
-                       f"speed-up (T_LN - T_X) / T_LN = {gain:.1%}")
-            if interval is None:
-                verdict = HOLDS if gain > 0 else FAILS
-                numbers += " (no interval: the runs did not record one)"
-            else:
-                verdict = UNSURE if interval.holds_zero else HOLDS if interval.lo > 0 else FAILS
-                numbers += f", 95% interval [{interval.lo:.1%}, {interval.hi:.1%}]"
-                numbers += "; within noise" if interval.holds_zero else ""
-            claims.append(Claim(f"{task}: {group.label} is faster per step than LayerNorm", verdict, numbers))
+            shown = (f"the runs' own s / 1k steps (shown, not judged): LayerNorm {_fmt_time(ln)}, "
+                     f"{group.label} {_fmt_time(group)}")
+            times = (measured or {}).get(task, {})
+            claim = f"{task}: {group.label} is faster per step than LayerNorm"
+            if name not in times or "layernorm" not in times:
+                claims.append(Claim(claim, UNSURE, "not measured side by side (`python -m rmsnorm_repro.bench --steps`); "
+                                    + shown))
+                continue
+            gain, lo, hi = side_by_side_speedup(times[name], times["layernorm"])
+            verdict = UNSURE if lo <= 0 <= hi else HOLDS if lo > 0 else FAILS
+            claims.append(Claim(claim, verdict, (
+                f"side by side{how}: speed-up (T_LN - T_X) / T_LN = {gain:.1%}, 95% interval [{lo:.1%}, {hi:.1%}] "
+                f"over {len(times[name])} and {len(times['layernorm'])} steps" + ("; within noise" if verdict == UNSURE else "")
+                + f"; {shown}")))
     return claims
 
 
@@ -279,14 +380,15 @@ def init_centre_claim(groups: list[Group]) -> Claim:
     return Claim(claim, HOLDS if a is None or b.mean >= a.mean else FAILS, numbers)
 
 
-def all_claims(main_runs: list[Run], p_runs: list[Run], init_runs: list[Run]) -> list[Claim]:
+def all_claims(main_runs: list[Run], p_runs: list[Run], init_runs: list[Run],
+               measured: dict[str, dict[str, list[float]]] | None = None, how: str = "") -> list[Claim]:
     groups = group_runs(main_runs)
     return [
         *table1_claims(),
         convergence_claim(groups),
-        *within_noise_claims(groups),
+        *match_claims(groups),
         transformer_baseline_claim(groups),
-        *speed_claims(groups),
+        *speed_claims(groups, measured, how),
         table5_claim(groups),
         p_claim(group_runs(p_runs), [g for g in groups if g.task == "rnnsearch"]),
         init_centre_claim(group_runs(init_runs)),

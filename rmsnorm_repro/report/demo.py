@@ -26,7 +26,7 @@ from ..paths import configs_dir, repo_dir
 from . import figures as figs
 from . import table1
 from .aggregate import Run, describe_env, load_runs
-from .claims import all_claims, markdown as claims_markdown
+from .claims import TASK_ORDER, all_claims, markdown as claims_markdown
 from ..atomic import atomic_write_text
 from .sweep import TimedBar, job_count
 from .tables import PAGES, render_page
@@ -119,6 +119,35 @@ def save_timings(out: Path, timings: dict[str, tuple[int, float]]) -> None:
     atomic_write_text(path, json.dumps({k: [code, round(seconds, 1)] for k, (code, seconds) in timings.items()}, indent=1) + "\n")
 
 
+def measure_speed(out: Path, tasks: list[str], scale: str, overrides: list[str], threads: int) -> None:
+    """Step times of LayerNorm, RMSNorm and pRMSNorm measured side by side at the runs' sizes and thread
+    count (bench.steps.side_by_side) into <out>/speed.json: what the speed claims are judged on."""
+    import torch
+
+    from ..bench import steps
+    from ..runner.setup import cpu_name
+
+    rounds, count = 3, 4
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        times = steps.side_by_side(tasks, ["layernorm", "rmsnorm", "prmsnorm"], scale, overrides, rounds, count)
+    finally:
+        torch.set_num_threads(before)
+    how = (f" (one process, {threads} thread(s), scale={scale} sizes and batches, the norms in turn on the same "
+           f"batches, {rounds} rounds x {count} steps each; {cpu_name()}, {datetime.now(timezone.utc):%Y-%m-%d})")
+    atomic_write_text(out / "speed.json", json.dumps({"how": how, "times_ms": times}, indent=1) + "\n")
+
+
+def load_speed(out: Path) -> tuple[dict[str, dict[str, list[float]]] | None, str]:
+    """<out>/speed.json's step times and how they were measured; (None, "") when absent or unreadable."""
+    try:
+        data = json.loads((out / "speed.json").read_text())
+        return data["times_ms"], str(data["how"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, ""
+
+
 def finished_at(runs: list[Run]) -> str:
     """When the newest of the runs finished (its summary.json), so rewriting the report from the
     same runs writes the same text."""
@@ -156,7 +185,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
     lines += timings_table(timings)
 
     claims = all_claims([r for name in ("rnnsearch", "transformer", "reader", "retrieval", "convpool") for r in runs[name]],
-                        runs["rnnsearch-fig3"], runs["rnnsearch-fig4"])
+                        runs["rnnsearch-fig3"], runs["rnnsearch-fig4"], *load_speed(out))
     lines += ["", "## The paper's claims at mini scale", "", *claims_markdown(claims, "at mini scale")]
 
     text, _ = table1.render(table1.compute(), table1.read_paper(), seed=0)
@@ -212,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                 save_timings(args.out, timings)
                 bar.write(f"demo: {sweep.name} {'done' if code == 0 else f'FAILED (exit {code})'} in "
                           f"{seconds / 60:.1f} min; log: {logs / (sweep.name + '.log')}")
+        print("demo: timing LayerNorm, RMSNorm and pRMSNorm side by side for the speed claims (about a minute)", flush=True)
+        measure_speed(args.out, list(TASK_ORDER), "mini", ["data=synthetic"], threads=1)
     path = write_report(args.out, {s.name: timings[s.name] for s in SWEEPS if s.name in timings})
     print(f"demo: wrote {path}")
     return 0 if all(code == 0 for code, _ in trained.values()) else 1

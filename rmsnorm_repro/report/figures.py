@@ -19,7 +19,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .aggregate import DIVERGED, TRAINED, Group, Run, group_runs, mean_curve
+from .aggregate import DIVERGED, TRAIN_LOSS, TRAINED, Group, Run, group_runs, mean_curve, resolve_metric
 
 NORM_COLORS = {"none": "tab:gray", "layernorm": "tab:blue", "rmsnorm": "tab:red", "prmsnorm": "tab:orange",
                "l2norm": "tab:green", "weightnorm": "tab:purple", "batchnorm": "tab:brown"}
@@ -63,8 +63,25 @@ def group_colors(groups: list[Group]) -> list[tuple[float, float, float]]:
     return colors
 
 
+def metric_label(metric: str, runs: list[Run]) -> str:
+    """An axis label that says what was measured: which training loss, and for the eval-step BLEU the
+    split (dev held out from train, or valid) and the search (greedy or beam k) it was decoded with."""
+    metric = resolve_metric(metric, runs)
+    if metric == "window_loss":
+        return "training loss per unit (target token), window mean"
+    if metric == "loss":
+        return "training loss (each logged step's)"
+    if metric == "bleu" and runs:
+        beams = {(run.config.get("task", {}).get("decode") or {}).get("valid_beam") for run in runs}
+        search = ", ".join("greedy" if b == 1 else f"beam {b}" if b else "?" for b in sorted(beams, key=str))
+        dev = {str((run.summary.get("data_info") or {}).get("selection", "valid")).startswith("dev") for run in runs}
+        return f"{'dev' if dev == {True} else 'valid'} BLEU ({search})"
+    return metric
+
+
 def plot_curves(ax, groups: list[Group], metric: str, x: str = "step") -> bool:
-    """Draw one curve per group; False when no run logged `metric`."""
+    """Draw one curve per group; False when no run logged `metric` (TRAIN_LOSS: see aggregate)."""
+    metric = resolve_metric(metric, [run for group in groups for run in group.runs])
     drawn = False
     for group, color in zip(groups, group_colors(groups)):
         xs, mean, std = mean_curve(group.completed, metric, x)
@@ -88,7 +105,7 @@ def plot_curves(ax, groups: list[Group], metric: str, x: str = "step") -> bool:
                 drawn = True
     if drawn:
         ax.set_xlabel({"step": "training step", "wall_s": "wall-clock seconds"}.get(x, x))
-        ax.set_ylabel(metric)
+        ax.set_ylabel(metric_label(metric, [run for group in groups for run in group.runs]), fontsize=8)
         if x == "step":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # no step 1.975 by a lone point
         ax.grid(alpha=0.3)
@@ -155,11 +172,11 @@ def _quality_vs_p(groups: list[Group], path: Path) -> bool:
 # figure name -> (task whose runs it reads, drawing function)
 FIGURES: dict[str, tuple[str, Callable[[list[Group], Path], bool]]] = {
     "fig1": ("rnnsearch", _curves_figure("Figure 1: RNNSearch training loss",
-                                         [("loss", "step", "against steps"), ("loss", "wall_s", "against wall-clock")])),
+                                         [(TRAIN_LOSS, "step", "against steps"), (TRAIN_LOSS, "wall_s", "against wall-clock")])),
     "fig2": ("rnnsearch", _curves_figure("Figure 2: RNNSearch validation BLEU", [("bleu", "step", "valid BLEU")])),
     "fig3": ("rnnsearch", _quality_vs_p),
     "fig4": ("rnnsearch", _curves_figure("Figure 4: init centre shifted (task.model.init_center)",
-                                         [("loss", "step", "training loss"), ("bleu", "step", "valid BLEU")])),
+                                         [(TRAIN_LOSS, "step", "training loss"), ("bleu", "step", "valid BLEU")])),
     "fig5": ("reader", _curves_figure("Figure 5: attentive reader validation error", [("error", "step", "valid error")])),
     "fig6": ("retrieval", _curves_figure("Figure 6: order embeddings validation R@K sum", [("rsum", "step", "valid R@K sum")])),
     "table9": ("convpool", _curves_figure("Table 9: ConvPool-CNN-C training error",

@@ -22,6 +22,7 @@ import torch
 from omegaconf import DictConfig
 
 from .. import allocator, record
+from ..atomic import atomic_write_text
 from ..tasks.base import EvaluationInterrupted
 from . import checkpoint, distributed
 from .checkpoint import TrainState
@@ -33,7 +34,9 @@ from .signals import stop_requests
 from .step import train_step
 
 # keys the runner writes on every metrics line; eval metrics with these names get a "valid_" prefix
-RUNNER_KEYS = ("step", "wall_s", "loss", "step_ms", "lr", "examples_per_s", "tokens_per_s")
+# (window_loss: the training loss per unit, e.g. per target token, over the steps since the previous
+# line: the quantity Nematus displays and the paper's Figure 1 plots; loss is the step's own)
+RUNNER_KEYS = ("step", "wall_s", "loss", "window_loss", "step_ms", "lr", "examples_per_s", "tokens_per_s")
 
 
 def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None,
@@ -123,7 +126,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
     end = start if status != "completed" or state.wall_s >= budget_s or loop.early_stopped() else total
     if end < total and status == "completed":
         stopped_by = "early_stopping" if loop.early_stopped() else "train.max_minutes"
-    interval_units, interval_ms = 0, 0.0
+    interval_units, interval_ms, interval_loss = 0, 0.0, 0.0
     progress = Progress(start, total, enabled=world.main)
     run.model.train()
     try:
@@ -147,13 +150,15 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                 state.step_ms.append(ms)
                 state.units += int(n)
             interval_units, interval_ms = interval_units + int(n), interval_ms + ms
+            interval_loss += task.summed_loss(loss_value, int(n), batch, world.world_size)
             if run.wandb is not None:
                 run.wandb.log({"loss": loss_value, "step_ms": ms, "lr": lr, "wall_s": round(loop.clock(), 3)}, step=done)
             diverged = not math.isfinite(loss_value)
             last = done == total or out_of_time or stopping is not None
 
             line = {"step": done, "wall_s": round(loop.clock(), 3), "loss": loss_value, "step_ms": round(ms, 3),
-                    "lr": lr, loop.per_s: round(interval_units / (interval_ms / 1e3), 2)}
+                    "lr": lr, loop.per_s: round(interval_units / (interval_ms / 1e3), 2),
+                    "window_loss": interval_loss / interval_units if interval_units else loss_value}
             valid: dict[str, float] = {}  # rank 0's; empty on the other ranks
             evaluated_now = False
             if not diverged and stopping is None and (done % cfg.train.eval_every == 0 or last):
@@ -165,7 +170,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                     loop.record_eval(done, valid)
             if state.pending_eval is None and (done % cfg.train.log_every == 0 or valid or last or diverged):
                 loop.log_line(line, valid)
-                interval_units, interval_ms = 0, 0.0
+                interval_units, interval_ms, interval_loss = 0, 0.0, 0.0
             progress.step(done, total, loss_value, ms, valid)
 
             if diverged:
@@ -208,6 +213,8 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
         else:
             final = evaluated
             log.info(f"final evaluation done in {time.perf_counter() - t0:.1f} s")
+            if world.main:
+                write_outputs(run.run_dir / "outputs", task.test_outputs())
     final = {**final, **{f"valid_{k}": v for k, v in selected_valid.items()}}
 
     times = state.step_ms or ([first_ms] if first_ms is not None else [])
@@ -336,6 +343,12 @@ class Loop:
                 return state.step, state.last_valid
             run.raw_model.load_state_dict(checkpoint.load(best_pt, run.plan.config)["model"])  # last.pt keeps the last weights
         return state.best["step"], {k: v for k, v in state.best.items() if k != "step"}
+
+
+def write_outputs(folder: Path, outputs: dict[str, list[str]]) -> None:
+    """<folder>/<name>.txt, one line per example (the small report's paired bootstrap reads them)."""
+    for name, lines in outputs.items():
+        atomic_write_text(folder / f"{name}.txt", "".join(line.replace("\n", " ") + "\n" for line in lines))
 
 
 def step_time_stats(times_ms: list[float]) -> dict[str, Any]:

@@ -80,9 +80,21 @@ class Task:
         """(scalar training loss, number of examples or tokens in the batch)."""
         raise NotImplementedError
 
+    def summed_loss(self, loss: float, n: int, batch: Any, world_size: int = 1) -> float:
+        """The global batch's loss summed over its n units (n global under DDP), so that a logging
+        window's loss per unit is sum(summed) / sum(n) (Nematus' displayed "Loss/word"). Default:
+        `loss` is a mean over the n units."""
+        return loss * n
+
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
         """Metrics on split "valid" (eval steps) or "test" (end of run); model is in eval mode."""
         raise NotImplementedError
+
+    def test_outputs(self) -> dict[str, list[str]]:
+        """What the last evaluate("test") produced that a later comparison needs beside its metrics
+        (a translation task: each split's translations, for paired significance tests), one line per
+        example; the runner writes each as outputs/<name>.txt."""
+        return {}
 
     def provenance(self) -> dict[str, Any]:
         """Where the numbers come from, for summary.json: data variant, test set sizes, a metric's signature."""

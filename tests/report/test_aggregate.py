@@ -142,10 +142,12 @@ def test_a_speedup_whose_interval_holds_zero_is_within_noise(tmp_path):
     text = page(tmp_path)
     assert row(text, "RMSNorm")[-1].endswith("within noise)") and "(3.0% [" in row(text, "RMSNorm")[-1]
     assert "within noise" not in row(text, "pRMSNorm")[-1] and "(-20.0% [" in row(text, "pRMSNorm")[-1]
+    # the runs' own times are shown in the claim, never judged: they ran at different times
     speed = {c.claim: c for c in claims.speed_claims(aggregate.group_runs(aggregate.load_runs(tmp_path)))}
-    rms = speed["transformer: rmsnorm is faster per step than LayerNorm"]
-    assert rms.verdict == claims.UNSURE and "within noise" in rms.numbers and "95% interval" in rms.numbers
-    assert speed["transformer: prmsnorm is faster per step than LayerNorm"].verdict == claims.FAILS
+    for name in ("rmsnorm", "prmsnorm"):
+        claim = speed[f"transformer: {name} is faster per step than LayerNorm"]
+        assert claim.verdict == claims.UNSURE and "not measured side by side" in claim.numbers
+        assert "shown, not judged" in claim.numbers
 
 
 def test_seeds_widen_the_interval_by_their_spread(tmp_path):
@@ -164,10 +166,41 @@ def test_seeds_widen_the_interval_by_their_spread(tmp_path):
     assert row(text, "LayerNorm")[-1] == f"100.0 ± 20.0 [{b.lo:.1f}, {b.hi:.1f}]"
 
 
-def test_a_clear_speedup_holds_with_its_interval(tmp_path):
+def test_speed_verdicts_come_from_steps_timed_side_by_side(tmp_path):
+    """Runs that say RMSNorm is 30% faster decide nothing; the side-by-side steps do, both ways."""
     for seed in (1, 2):
         write_run(tmp_path, "layernorm", seed, s=100.0 + seed, ci=[97.0 + seed, 103.0 + seed])
         write_run(tmp_path, "rmsnorm", seed, s=70.0 + seed, ci=[68.0 + seed, 72.0 + seed])
-    speed = {c.claim: c for c in claims.speed_claims(aggregate.group_runs(aggregate.load_runs(tmp_path)))}
+        write_run(tmp_path, "prmsnorm", seed, s=70.0 + seed, ci=[68.0 + seed, 72.0 + seed])
+    groups = aggregate.group_runs(aggregate.load_runs(tmp_path))
+    measured = {"transformer": {"layernorm": [100.0, 101.0, 99.0, 100.5, 99.5, 100.2],
+                                "rmsnorm": [90.0, 91.0, 89.0, 90.5, 89.5, 90.2],      # 10% faster, clearly
+                                "prmsnorm": [99.0, 102.0, 98.0, 101.5, 100.0, 100.1]}}  # no difference
+    speed = {c.claim: c for c in claims.speed_claims(groups, measured, " (test)")}
     rms = speed["transformer: rmsnorm is faster per step than LayerNorm"]
-    assert rms.verdict == claims.HOLDS and "95% interval [" in rms.numbers
+    assert rms.verdict == claims.HOLDS and "side by side (test): speed-up (T_LN - T_X) / T_LN = 10.0%" in rms.numbers
+    assert "over 6 and 6 steps" in rms.numbers
+    prms = speed["transformer: prmsnorm is faster per step than LayerNorm"]
+    assert prms.verdict == claims.UNSURE and "within noise" in prms.numbers
+    slower = {"transformer": {"layernorm": measured["transformer"]["rmsnorm"], "rmsnorm": measured["transformer"]["layernorm"]}}
+    assert claims.speed_claims(groups, slower)[1].verdict == claims.FAILS
+
+
+def test_one_verdict_rule_an_interval_against_the_margin():
+    """Equivalence within +-margin from Welch's 90% interval; "cannot tell" names the seeds that would decide."""
+    S = aggregate.Stat
+    assert [round(claims.t_quantile(p, df), 3) for p, df in ((0.95, 1), (0.95, 2), (0.975, 5), (0.95, 30))] == \
+        [6.314, 2.920, 2.571, 1.697]  # Student's t tables
+    verdict, why = claims.equivalence(S(30.2, 0.3, 3), S(30.0, 0.2, 3), 1.0, " BLEU")
+    assert verdict == claims.HOLDS and "90% interval [-0.29, +0.69] vs +-1 BLEU: inside" in why
+    assert claims.equivalence(S(27.0, 0.3, 3), S(30.0, 0.2, 3), 1.0)[0] == claims.FAILS
+    verdict, why = claims.equivalence(S(30.2, 0.3, 2), S(30.0, 0.4, 2), 1.0, " BLEU")
+    assert verdict == claims.UNSURE and "about 3 seeds a side would decide" in why
+    verdict, why = claims.equivalence(S(100.0, 0.0, 2), S(85.12, 21.04, 2), 1.0, " BLEU")  # the old mini "holds"
+    assert verdict == claims.UNSURE
+    assert claims.equivalence(S(30.0, 0.0, 1), S(30.0, 0.0, 1), 1.0)[0] == claims.UNSURE
+    # differences (rmsnorm-report compare): the 95% interval excludes 0, or it is within noise
+    assert claims.difference_verdict(S(31.0, 0.1, 3), S(30.0, 0.1, 3), "max") == claims.BETTER
+    assert claims.difference_verdict(S(31.0, 0.1, 3), S(30.0, 0.1, 3), "min") == claims.WORSE
+    assert claims.difference_verdict(S(30.1, 1.0, 3), S(30.0, 1.0, 3), "max") == claims.WITHIN_NOISE
+    assert claims.difference_verdict(S(30.1, 1.0, 1), S(30.0, 1.0, 3), "max") == claims.TOO_FEW

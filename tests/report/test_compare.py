@@ -87,8 +87,11 @@ def test_the_table_and_verdicts_match_values_computed_by_hand(sweep: Path, tmp_p
     ln, rms = summaries(sweep, "layernorm"), summaries(sweep, "rmsnorm")
     for i, (key, higher_is_better) in enumerate((("error", False), ("accuracy", True)), start=2):
         a, b = [x["final"][key] for x in rms], [x["final"][key] for x in ln]
+        # Welch's 95% interval: df by Welch-Satterthwaite, rounded down (2 seeds a side: 1 or 2), t from a table
         d = statistics.fmean(a) - statistics.fmean(b)
-        bound = 2 * math.sqrt(statistics.variance(a) / 2 + statistics.variance(b) / 2)
+        va, vb = statistics.variance(a) / 2, statistics.variance(b) / 2
+        df = math.floor((va + vb) ** 2 / (va ** 2 + vb ** 2))
+        bound = {1: 12.7062, 2: 4.3027}[df] * math.sqrt(va + vb)
         verdict = "within noise" if abs(d) <= bound else "better" if (d > 0) == higher_is_better else "worse"
         assert diff[i] == f"{d:+.4f} ({verdict})", key
     # every number names its runs; no absolute path of this machine

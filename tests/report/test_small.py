@@ -153,7 +153,7 @@ def test_make_small_chooses_precision_by_amx_and_passes_the_settings():
 
 
 def fake_run(root: Path, task: str, norm: str, seed: int, bleu: dict[str, float] | None, ms: float,
-             status: str = "completed") -> None:
+             status: str = "completed", data_info: dict | None = None) -> None:
     """A run directory as the runner writes it (summary.json, config.yaml, metrics.jsonl)."""
     p = 0.0625 if norm == "prmsnorm" else 1.0
     path = root / task / f"{norm}-p{p}-s{seed}"
@@ -178,7 +178,7 @@ def fake_run(root: Path, task: str, norm: str, seed: int, bleu: dict[str, float]
                "wall_s": lines[-1]["wall_s"] + 150.0,  # 2.5 minutes of final decoding
                "env": {"torch": "2.x", "device": "cpu", "device_name": "AMD EPYC", "threads": 1, "precision": "fp32"},
                "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-               "data_info": {"data": "text:/m30k", "valid": "val", "tests": "none (valid only)"}}
+               "data_info": {"data": "text:/m30k", "valid": "val", "tests": "none (valid only)", **(data_info or {})}}
     (path / "summary.json").write_text(json.dumps(summary))
 
 
@@ -197,13 +197,17 @@ def test_small_report_from_run_directories(tmp_path):
     assert small.main(["--out", str(out), "--report-only"]) == 0
     text = (out / "REPORT.md").read_text()
     assert "Machine: " in text and "device_name=AMD EPYC" in text and "precision=fp32" in text
-    assert "**valid only**" in text and "nrefs:1|case:mixed" in text
+    assert "**the split the runs also selected their weights on**" in text and "nrefs:1|case:mixed" in text
     assert "Data: text:.../m30k." in text and "text:/m30k" not in text  # an older summary's absolute path, not shown
-    assert "| valid BLEU (beam) |" in text and "| rmsnorm | 1 | 300 | 31.4 |" in text
-    assert "| none | 0 of 1 (1 diverged) | 120 | fails to train |" in text
+    assert "| valid BLEU (beam) |" in text and "| rmsnorm | 1 | 300 | - | 31.4 |" in text
+    assert "| none | 0 of 1 (1 diverged) | 120 | - | fails to train |" in text
     assert "| Table 4: the Transformer without normalization fails to train | **holds** | all 1 Baseline runs diverged |" in text
-    assert "| RNNSearch: RMSNorm's BLEU matches LayerNorm's | **holds** |" in text and "vs 1 BLEU (one seed" in text
-    assert "| Transformer: pRMSNorm (p = 6.25%) holds up: its BLEU matches LayerNorm's | **holds** |" in text
+    # one seed a side: no interval, so no verdict (the same rule as the mini report's)
+    assert ("| rnnsearch: RMSNorm's test BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** | LayerNorm 31.00 "
+            "(n=1), RMSNorm 31.40 (n=1) (`valid_beam_bleu`); difference +0.40; 1 seed(s) on one side: an interval "
+            "needs 2+ seeds a side") in text
+    assert "| transformer: pRMSNorm's test BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** |" in text
+    assert "## Every run" in text and "| rnnsearch | prmsnorm p=0.0625 | 1 | completed | 300 | - | - | 25.00 | 30.80 | 5.0 + 2.5 |" in text
     assert "transformer: rmsnorm is faster per step than LayerNorm" in text and "reader" not in text
     assert "5.0 + 2.5" in text  # minutes of training + final evaluation
     assert (out / "figures" / "transformer.png").exists() and "![rnnsearch](figures/rnnsearch.png)" in text
@@ -215,13 +219,20 @@ def test_small_report_with_test_sets_and_seeds(tmp_path):
     for seed, shift in ((1, 0.0), (2, 0.6)):
         for norm, score in (("layernorm", 34.0), ("rmsnorm", 34.2), ("prmsnorm", 29.0)):
             fake_run(out / "runs", "transformer", norm, seed,
-                     {"valid_beam_bleu": score + 1, "test_2016_flickr_bleu": score + shift, "test_2017_mscoco_bleu": score - 5}, 1000.0)
+                     {"valid_beam_bleu": score + 1, "test_2016_flickr_bleu": score + shift, "test_2017_mscoco_bleu": score - 5},
+                     1000.0, data_info={"selection": "dev: the last 1000 training pairs, held out (train keeps 28000)",
+                                        "batches_per_epoch": 120})
     assert small.main(["--out", str(out), "--report-only"]) == 0
     text = (out / "REPORT.md").read_text()
-    assert "valid (the whole split) and `test_2016_flickr`, `test_2017_mscoco`" in text
+    assert "valid (the whole split), `test_2016_flickr`, `test_2017_mscoco`" in text
+    assert "Weights chosen (best-model selection, early stopping, the curves) on dev: the last 1000 training pairs" in text
+    assert ": valid and the tests are scored only by weights they did not choose" in text
     assert "| test_2016_flickr BLEU (beam) | test_2017_mscoco BLEU (beam) |" in text
-    assert "`test_2016_flickr_bleu`" in text and "vs 2 standard errors" in text
-    assert "pRMSNorm (p = 6.25%) holds up: its BLEU matches LayerNorm's | **does not hold** |" in text
+    assert "| layernorm | 2 | 300 | 2.5 |" in text  # epochs: 300 steps / 120 batches an epoch
+    # RMSNorm 34.5 +- 0.42 vs LayerNorm 34.3 +- 0.42 (n=2): 90% interval of +0.2 is [-1.04, +1.44]: undecided;
+    # pRMSNorm 5 BLEU below with the same spread: outside the margin
+    assert "`test_2016_flickr_bleu`); difference +0.20, 90% interval [-1.04, +1.44] vs +-1 BLEU; about" in text
+    assert "| transformer: pRMSNorm's test BLEU matches LayerNorm's (within 1 BLEU) | **does not hold** |" in text
     assert "No runs: the `rnnsearch` sweep produced none" in text
 
 
@@ -230,7 +241,7 @@ def test_untrained_models_match_nothing(tmp_path):
     for norm in ("none", "layernorm", "rmsnorm"):
         fake_run(tmp_path / "runs", "transformer", norm, 1, {"valid_beam_bleu": 0.2}, 1000.0)
     claims = {c.claim: c for c in small.small_claims(small.runs_of(tmp_path / "runs", "transformer"))}
-    assert claims["Transformer: RMSNorm's BLEU matches LayerNorm's"].verdict == "cannot tell"
+    assert claims["transformer: RMSNorm's test BLEU matches LayerNorm's (within 1 BLEU)"].verdict == "cannot tell"
     assert claims["Table 4: the Transformer without normalization fails to train"].verdict == "cannot tell"
 
 

@@ -59,6 +59,28 @@ def test_a_run_writes_the_contract_files_and_learns(tmp_path, tiny_cfg):
     assert summary["final"]["error"] < 0.4 and lines[-1]["loss"] < lines[0]["loss"]
 
 
+def test_window_loss_is_the_loss_per_unit_since_the_previous_line(tmp_path, tiny_cfg):
+    """window_loss (the paper's Figure 1 quantity, Nematus' displayed Loss/word) at a line = the summed loss of
+    the steps since the previous line over their units; the same run logged every step shows each step's."""
+    run(tiny_cfg("train.log_every=1", "train.steps=20"), tmp_path / "every")
+    run(tiny_cfg("train.log_every=5", "train.steps=20"), tmp_path / "fifth")
+    every, fifth = read_metrics(tmp_path / "every"), read_metrics(tmp_path / "fifth")
+    loss = {r["step"]: r["loss"] for r in every}
+    assert all(r["window_loss"] == pytest.approx(r["loss"]) for r in every)
+    for r in fifth:  # equal batches: the plain mean of the window's step losses
+        assert r["window_loss"] == pytest.approx(sum(loss[s] for s in range(r["step"] - 4, r["step"] + 1)) / 5, rel=1e-6)
+
+
+def test_the_final_outputs_are_kept_one_line_each(tmp_path, tiny_cfg, monkeypatch):
+    """What a task's test evaluation produced for later comparisons (translations) lands in outputs/<name>.txt."""
+    from runner_fixtures.tiny_task import TinyTask
+
+    monkeypatch.setattr(TinyTask, "test_outputs", lambda self: {"valid": ["ein Hund", "zwei\nZeilen"], "test": []})
+    run(tiny_cfg(), tmp_path / "run")
+    assert (tmp_path / "run" / "outputs" / "valid.txt").read_text() == "ein Hund\nzwei Zeilen\n"
+    assert (tmp_path / "run" / "outputs" / "test.txt").read_text() == ""
+
+
 def test_resume_continues_exactly_where_a_run_stopped(tmp_path, tiny_cfg):
     straight = run(tiny_cfg("train.steps=40"), tmp_path / "straight")
     first = run(tiny_cfg("train.steps=20"), tmp_path / "split")

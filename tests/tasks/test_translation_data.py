@@ -244,3 +244,19 @@ def test_damaged_tokenizer_and_corpus_caches_are_rebuilt_with_a_log_line(tmp_pat
     damaged = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]
     assert len(damaged) == 1 + len(corpora) and all("rebuilding it" in m for m in damaged)
     assert all(torch.equal(first.train_batch(3)[k], again.train_batch(3)[k]) for k in first.train_batch(3))
+
+
+def test_a_dev_split_is_held_out_from_the_end_of_train(tmp_path):
+    """data.dev_pairs = N: the last N training pairs become dev (the split that chooses the weights); train
+    keeps the rest, valid and the tests are untouched, data_info says which split selects."""
+    en, de = multi30k_layout(tmp_path / "m30k")
+    data = {"name": "text", "root": str(tmp_path / "m30k"), "src": "en", "tgt": "de", "train": "train",
+            "valid": "val", "test": "test_2016_flickr", "vocab_size": 100}
+    held = load_corpus(run_cfg(tmp_path, {**data, "dev_pairs": 4}))
+    assert held.train == (en[:26], de[:26]) and held.dev == (en[26:], de[26:])
+    assert held.valid == (en[:5], de[:5]) and held.tests["test"] == (en[5:9], de[5:9])
+    assert held.info["selection"] == "dev: the last 4 training pairs, held out (train keeps 26)"
+    plain = load_corpus(run_cfg(tmp_path, data))
+    assert plain.dev is None and plain.train == (en, de) and plain.info["selection"].startswith("valid")
+    with pytest.raises(ValueError, match="data.dev_pairs=30 would hold out all 30 training pairs"):
+        load_corpus(run_cfg(tmp_path, {**data, "dev_pairs": 30}))

@@ -135,6 +135,19 @@ def test_text_data_through_the_task(tmp_path):
     train(task, model, 2)
     out = task.evaluate(model, "test")
     assert set(out) == {"valid_beam_bleu", "test_bleu", "test_sentences"} and out["test_sentences"] == 10
+    # the translations behind each score, kept for the paired bootstrap
+    assert {k: len(v) for k, v in task.test_outputs().items()} == {"valid": 10, "test": 10}
+    assert task.evaluate(model, "valid")["bleu"] >= 0 and task.data.dev is task.data.valid  # no dev split: valid selects
+
+    held, model = make_task(tmp_path, "transformer", "rmsnorm", ["data=text", f"data.root={root}", "data.vocab_size=60",
+                                                                 "data.dev_pairs=8"])
+    assert len(held.data.dev) == 8 and held.data_info["train_pairs"] == 52
+    assert held.data.dev_text == (en[52:60], [s.upper() for s in en[52:60]])
+    # evaluation during training reads dev: its loss is dev's, not valid's
+    with torch.no_grad():
+        valid_loss, dev_loss = held.nll(model.eval(), held.data.valid), held.nll(model, held.data.dev)
+    assert held.evaluate(model, "valid")["loss"] == pytest.approx(dev_loss)
+    assert held.evaluate(model, "valid")["loss"] != pytest.approx(valid_loss)
 
 
 def test_nematus_loss_is_each_sentences_summed_cost_averaged_over_sentences(tmp_path):
@@ -147,6 +160,11 @@ def test_nematus_loss_is_each_sentences_summed_cost_averaged_over_sentences(tmp_
     sentences = len(batch["tgt_out"])
     assert n == n2 == int(batch["tgt_mask"].sum()) and task.loss_mean_over == "sentences"
     assert per_sentence.item() == pytest.approx(per_token.item() * n / sentences, rel=1e-6)
+    # either way the logging window sums the batch's cost: Nematus' Loss/word is sum / target tokens
+    assert task.summed_loss(per_sentence.item(), n, batch) == pytest.approx(per_token.item() * n, rel=1e-6)
+    assert task.summed_loss(per_sentence.item(), n, batch, world_size=2) == pytest.approx(2 * per_token.item() * n, rel=1e-6)
+    task.cfg.task.loss_per = "token"
+    assert task.summed_loss(per_token.item(), n, batch) == pytest.approx(per_token.item() * n, rel=1e-6)
     task.cfg.task.loss_per = "word"
     with pytest.raises(ValueError, match="task.loss_per must be token or sentence"):
         type(task).check_config(task.cfg)

@@ -1,6 +1,9 @@
 """Parallel corpora (synthetic, text, multi30k, wmt14), subword encoding and length-bucketed batches.
 
-`load_corpus` turns the data config into raw sentences: {train, valid, tests{name: split}}.
+`load_corpus` turns the data config into raw sentences: {train, valid, tests{name: split}, dev}.
+With data.dev_pairs = N, the last N training pairs are held out as `dev`: the split that evaluation
+during training (the curves, best-model selection, early stopping) uses, so that valid and the tests
+are scored only by weights they did not choose. Without it, dev is valid (the paper's setting).
 `TranslationData` trains/loads the joint BPE vocabulary, encodes every split once (cached under
 paths.cache_dir), drops training pairs over the length limit and cuts the training set into
 length buckets. Valid and test sentences are cut to task.decode.max_eval_len subwords per side
@@ -38,7 +41,8 @@ class Corpus:
     train: Pair
     valid: Pair
     tests: dict[str, Pair]          # metric prefix -> split, e.g. {"test14": ..., "test17": ...}
-    info: dict[str, str] = field(default_factory=dict)  # provenance worth recording (test variant)
+    info: dict[str, Any] = field(default_factory=dict)  # provenance worth recording (test variant)
+    dev: Pair | None = None         # held out from train (data.dev_pairs); None: valid selects
 
 
 # Loaders ------------------------------------------------------------------------------------
@@ -59,6 +63,23 @@ def load_corpus(cfg: Mapping[str, Any]) -> Corpus:
     else:
         raise ValueError(f"data={name} is not a translation data set; choose synthetic, text, multi30k or wmt14")
     _check_corpus(corpus, f"data={name}")
+    return hold_out_dev(corpus, data.get("dev_pairs"))
+
+
+def hold_out_dev(corpus: Corpus, pairs: int | None) -> Corpus:
+    """The corpus with its last `pairs` training pairs moved to `dev` (fixed: the same pairs for every
+    run and seed), and data_info saying which split selects the weights."""
+    src, tgt = corpus.train
+    if not pairs:
+        corpus.info["selection"] = "valid (no dev split: data.dev_pairs is null)"
+        return corpus
+    pairs = int(pairs)
+    if pairs >= len(src):
+        raise ValueError(f"data.dev_pairs={pairs} would hold out all {len(src)} training pairs; "
+                         "choose fewer (e.g. 1000) or null")
+    keep = len(src) - pairs
+    corpus.train, corpus.dev = (src[:keep], tgt[:keep]), (src[keep:], tgt[keep:])
+    corpus.info["selection"] = f"dev: the last {pairs} training pairs, held out (train keeps {keep})"
     return corpus
 
 
@@ -355,10 +376,15 @@ class TranslationData:
         cut = (cfg["task"].get("decode") or {}).get("max_eval_len")
         cut = DEFAULT_MAX_EVAL_LEN if cut is None else int(cut)
         self.valid_text, self.valid = corpus.valid, self._encode_eval("valid", corpus.valid, cut)
+        # the split that evaluation during training reads: held-out dev, else valid
+        self.dev_text, self.dev = ((corpus.dev, self._encode_eval("dev", corpus.dev, cut)) if corpus.dev is not None
+                                   else (self.valid_text, self.valid))
         self.tests = {name: (pair, self._encode_eval(name, pair, cut)) for name, pair in corpus.tests.items()}
 
         self.seed = int(cfg["seed"])
         self.buckets = make_buckets(self.train.src_len, self.train.tgt_len, batching, int(batch_size))
+        # a report turns steps into epochs with these
+        self.info.update(train_pairs=len(self.train), batches_per_epoch=len(self.buckets))
 
     def _encode(self, pair: Pair, path: Path) -> Encoded:
         def build(tmp: Path) -> None:

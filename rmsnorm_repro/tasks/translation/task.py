@@ -3,8 +3,9 @@
 Both share the data pipeline (data.py), the label-smoothed loss, decoding (beam.py) and BLEU
 (bleu.py); they differ in the model, the batching (sentences vs tokens) and the supported norms.
 evaluate("valid") -> {"bleu", "loss"}: BLEU with decode.valid_beam on the first
-decode.valid_sentences sentences (all when null), loss per target token on the whole valid set
-(the runner logs it as valid_loss). evaluate("test") -> "<test>_bleu" and "<test>_sentences" per
+decode.valid_sentences sentences (all when null), loss per target token on the whole split (the
+runner logs them as valid_bleu, valid_loss), on the dev split held out from train when
+data.dev_pairs is set, else on valid (data.py). evaluate("test") -> "<test>_bleu" and "<test>_sentences" per
 configured test split (test14 and test17 for WMT14, test otherwise) with decode.beam, plus
 "valid_beam_bleu" on the whole valid set.
 provenance() gives summary.json the sacreBLEU signature and `data_info` (the data variant, e.g.
@@ -46,6 +47,10 @@ class TranslationTask(Task):
         self.vocab = self.data.vocab
         self.data_info = dict(self.data.info)
         self.bleu_signature = corpus_bleu(["x"], ["x"])[1]  # fixed by the metric's settings
+        self.translations: dict[str, list[str]] = {}  # split -> the last test evaluation's translations
+
+    def test_outputs(self) -> dict[str, list[str]]:
+        return self.translations
 
     def provenance(self) -> dict:
         return {"bleu_signature": self.bleu_signature, "data_info": self.data_info}
@@ -66,6 +71,7 @@ class TranslationTask(Task):
         check_int(cfg, "task.decode.max_len_b", 0)
         check_int(cfg, "task.decode.max_len", 1, optional=True)
         check_int(cfg, "task.decode.max_eval_len", 1, optional=True)
+        check_int(cfg, "data.dev_pairs", 1, optional=True)
         for split in ("train", "valid", "test"):  # data=synthetic: an empty split would fail at evaluation
             check_int(cfg, f"task.synthetic.{split}", 1)
         if setting(cfg, "task.decode.max_len_a") == 0 and setting(cfg, "task.decode.max_len_b") == 0:
@@ -97,6 +103,13 @@ class TranslationTask(Task):
                                label_smoothing=float(self.cfg.task.label_smoothing), reduction="sum")
         return loss / (len(batch["tgt_out"]) if self.loss_mean_over == "sentences" else n), n
 
+    def summed_loss(self, loss: float, n: int, batch: dict[str, Tensor], world_size: int = 1) -> float:
+        """loss_per=sentence: the mean per sentence times the sentences of every rank's batch (ranks'
+        shards hold the same number of sentences, up to one); token: the mean per token times n."""
+        if self.loss_mean_over == "sentences":
+            return loss * len(batch["tgt_out"]) * world_size
+        return loss * n
+
     # Evaluation -----------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
@@ -104,15 +117,17 @@ class TranslationTask(Task):
         dec = self.cfg.task.decode
         if split == "valid":
             n = dec.get("valid_sentences")
-            (src, ref), enc = self.data.valid_text, self.data.valid
+            (src, ref), enc = self.data.dev_text, self.data.dev
             if n is not None and n < len(src):
                 src, ref, enc = src[:n], ref[:n], subset(enc, np.arange(n))
             bleu, _ = corpus_bleu(self.translate(model, enc, int(dec.valid_beam)), ref)
-            return {"bleu": bleu, "loss": self.nll(model, self.data.valid)}
+            return {"bleu": bleu, "loss": self.nll(model, self.data.dev)}
         if split == "test":
-            out = {"valid_beam_bleu": corpus_bleu(self.translate(model, self.data.valid, int(dec.beam)), self.data.valid_text[1])[0]}
+            self.translations = {"valid": self.translate(model, self.data.valid, int(dec.beam))}
+            out = {"valid_beam_bleu": corpus_bleu(self.translations["valid"], self.data.valid_text[1])[0]}
             for name, ((_, ref), enc) in self.data.tests.items():
-                out[f"{name}_bleu"] = corpus_bleu(self.translate(model, enc, int(dec.beam)), ref)[0]
+                self.translations[name] = self.translate(model, enc, int(dec.beam))
+                out[f"{name}_bleu"] = corpus_bleu(self.translations[name], ref)[0]
                 out[f"{name}_sentences"] = float(len(ref))
             return out
         raise ValueError(f"evaluate split must be 'valid' or 'test', got {split!r}")
