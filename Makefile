@@ -34,7 +34,9 @@ demo: install
 # En-De at scale=small (a fixed number of steps a run, under 18 CPU-core-minutes with the final beam
 # decode), then results/small/REPORT.md (README, "Real language: Multi30k"); it prints its plan (runs, CPU,
 # expected minutes from earlier runs' times) first, and a rerun after a kill continues where it stopped.
-# `make small [SMALL_SEEDS=1,2] [DATA_ROOT=dir] [SMALL_JOBS=2] [PRECISION=fp32]`. DATA_ROOT: a raw Multi30k
+# `make small [SMALL_SEEDS=1,2] [DATA_ROOT=dir] [SMALL_JOBS=2] [PRECISION=fp32] [SMALL_OUT=dir]`. The run
+# records behind the committed report are in results/small/runs: there every run is finished, so `make
+# small` rewrites the report from them; SMALL_OUT=results/small-mine trains anew on this machine. DATA_ROOT: a raw Multi30k
 # folder (train/val[/test_*].en/.de[.gz]), relative to the checkout or absolute; when it does not exist,
 # the hub copy (`make data-multi30k` once). SMALL_JOBS=2: two runs at a time, one thread each;
 # SMALL_JOBS=1: one at a time with all cores. PRECISION: bf16 where the CPU has AMX (amx_bf16: fast bf16
@@ -42,10 +44,11 @@ demo: install
 DATA_ROOT ?= data/multi30k
 SMALL_JOBS ?= 2
 SMALL_SEEDS ?= 1,2
+SMALL_OUT ?= results/small
 PRECISION ?= $(shell lscpu 2>/dev/null | grep -q amx_bf16 && echo bf16 || echo fp32)
 .PHONY: small
 small: install
-	$(PY) -m rmsnorm_repro.report.small --out results/small --data-root $(DATA_ROOT) --jobs $(SMALL_JOBS) \
+	$(PY) -m rmsnorm_repro.report.small --out $(SMALL_OUT) --data-root $(DATA_ROOT) --jobs $(SMALL_JOBS) \
 		--precision $(PRECISION) --seeds $(SMALL_SEEDS) $(ARGS)
 
 # Table 1 is computed, not trained: refreshes the committed results/tables/table1.md, exit 1 unless

@@ -370,8 +370,9 @@ def render(c: Comparison, md_dir: Path, figure: Path | None = None) -> str:
         key, value = c.baseline
         lines += ["", f"## Against {names[key]}={value}", "",
                   "Difference: the group's mean minus the baseline's (the group with the same other keys). "
-                  "Verdict: within noise when |difference| <= 2 standard errors, 2 * sqrt(s_x^2 / n_x + s_b^2 / n_b); "
-                  "else better or worse by which way the metric is better; cannot tell with n < 2.", "",
+                  "Verdict (report/claims.py, the rule every report uses): better or worse when Welch's 95% interval "
+                  "of the difference excludes 0 (by which way the metric is better), else within noise; cannot tell "
+                  "with n < 2.", "",
                   *(differences_table(c) or ["No group has a baseline with the same other keys."])]
     if figure is not None:
         lines += ["", f"![curves]({Path(os.path.relpath(figure.resolve(), md_dir.resolve())).as_posix()})"]

@@ -176,10 +176,11 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              "Everything here is scale=mini: models a few hundred times smaller than the paper's, trained for a few "
              "hundred steps on generated (synthetic) data, on CPU. Absolute numbers are not comparable with the "
              "paper's; what can be compared is direction: which norm trains, which converges first, which is faster "
-             "per step. Step times on a shared 2-core CPU are noisy, and tiny layers make the norm a small share of "
-             "a step; the intervals cover step-to-step noise within runs, not what differed between runs that ran at "
-             "different times (two jobs share the machine), so a speed verdict here is a lead to check side by side "
-             "with `python -m rmsnorm_repro.bench --steps` (one process, norms in turn). pRMSNorm's 6.25% of a "
+             "per step. A \"matches\" claim holds when the 90% interval of the difference of the seeds' means lies "
+             "inside the task's margin, fails when it lies outside, and cannot tell otherwise (the small report uses "
+             "the same rule, report/claims.py). Speed claims are judged only from steps timed side by side in one "
+             "process after the sweeps (speed.json): the runs' own step times, from runs that shared the machine at "
+             "different times, are shown, not judged. pRMSNorm's 6.25% of a "
              "mini layer is as few as 4 features (d = 64; the paper's layers give it 32 to 64), so its statistic is much noisier here than in the paper. Reproduce a table at the paper's "
              "scale with `make table4 SCALE=paper` (see README)."]
     lines += timings_table(timings)

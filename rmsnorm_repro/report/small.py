@@ -347,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
             expected[task] = math.ceil(left / setup.jobs) * per_run
             basis.append(f"{task} {per_run / 60:.1f} min a run, {left} to train" +
                          (f" (mean of {timed} earlier runs here)" if timed else " (no run timed here yet: the recipe's estimate)"))
+        if not any(expected.values()):
+            print(f"small: every run under {args.out / 'runs'} is finished (the report is rewritten from them); to train "
+                  "anew on this machine, choose another folder: make small SMALL_OUT=results/small-mine", flush=True)
         print(f"small: {runs * len(tasks)} runs ({' and '.join(tasks)} x {', '.join(NORMS)} x seeds {setup.seeds}) into "
               f"{args.out / 'runs'}, {setup.jobs} at a time with {setup.threads} thread(s) each, {setup.precision}, on "
               f"{cpu_name()}; about {sum(expected.values()) / 60:.0f} minutes: {'; '.join(basis)}. Finished runs are "
@@ -360,14 +363,15 @@ def main(argv: list[str] | None = None) -> int:
                 save_timings(args.out, timings)
                 bar.write(f"small: {task} {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min; "
                           f"log: {log_path}")
-        print("small: timing LayerNorm, RMSNorm and pRMSNorm side by side at these sizes for the speed claims "
-              "(a few minutes)", flush=True)
-        try:
-            measure_speed(args.out, tasks, "small", ["data=multi30k", *([f"data.root={root}"] if root else [])],
-                          setup.threads)
-        except Exception as e:  # the runs and their report matter more: say it, judge no speed claim
-            print(f"small: the side-by-side timing failed ({type(e).__name__}: {e}); the speed claims read "
-                  "\"cannot tell\"", file=sys.stderr)
+        if any(expected.values()) or load_speed(args.out)[0] is None:
+            print("small: timing LayerNorm, RMSNorm and pRMSNorm side by side at these sizes for the speed claims "
+                  "(a few minutes)", flush=True)
+            try:
+                measure_speed(args.out, tasks, "small", ["data=multi30k", *([f"data.root={root}"] if root else [])],
+                              setup.threads)
+            except Exception as e:  # the runs and their report matter more: say it, judge no speed claim
+                print(f"small: the side-by-side timing failed ({type(e).__name__}: {e}); the speed claims read "
+                      "\"cannot tell\"", file=sys.stderr)
     if not any((args.out / "runs" / task).is_dir() for task in TASKS):
         print(f"small: no runs under {args.out / 'runs'}: nothing to report", file=sys.stderr)
         return 1

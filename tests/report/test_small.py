@@ -57,10 +57,13 @@ def test_scale_small_composes_the_real_language_recipes(data):
     r = compose_cfg(["task=rnnsearch", "norm=layernorm", "scale=small", *data])
     assert (r.task.model.emb, r.task.model.hidden, r.train.batch_size, r.optim.lr) == (256, 512, 64, 1e-3)
     assert r.train.select_metric == "loss" and r.optim.clip == 1.0 and r.task.model.dropout == 0.2
+    assert r.task.model.init_std == 0.05  # the no-norm model trains (docs/small_study.md)
     for cfg in (t, r):
-        # 20 minutes a run: training gets max_minutes, the final beam decode (up to ~4 min) the rest
-        assert cfg.train.max_minutes <= 16 and cfg.train.steps >= 5000 and cfg.task.decode.batch_size <= 64
-        assert cfg.train.eval_every <= 100 and cfg.task.decode.valid_sentences <= 500
+        # a budget in steps, never in minutes: every norm gets the same updates on any machine
+        assert cfg.train.max_minutes is None and 500 <= cfg.train.steps <= 3000 and cfg.task.decode.batch_size <= 64
+        # a held-out dev split chooses the weights, a few evaluations a run decode part of it
+        assert cfg.data.dev_pairs == 1000 and cfg.train.steps // cfg.train.eval_every <= 10
+        assert cfg.task.decode.valid_sentences <= 500
 
 
 def test_multi30k_names_its_test_sets_and_takes_those_present():
@@ -116,7 +119,7 @@ TINY = {"transformer": ["task.model.d_model=16", "task.model.ffn_dim=32", "task.
 def test_a_tiny_run_at_scale_small_on_raw_multi30k_files(task, tmp_path):
     root = write_multi30k(tmp_path / "multi30k", {"train": 120, "val": 8})
     cfg = compose_cfg([f"task={task}", "norm=rmsnorm", "scale=small", "data=text", f"data.root={root}",
-                       "data.vocab_size=60", "train.steps=4", "train.eval_every=2", "train.checkpoint_every=2",
+                       "data.vocab_size=60", "data.dev_pairs=20", "train.steps=4", "train.eval_every=2", "train.checkpoint_every=2",
                        "train.log_every=1", f"paths.runs_dir={tmp_path / 'runs'}", f"paths.cache_dir={tmp_path / 'cache'}",
                        *TINY[task]])
     assert cfg.train.max_minutes == compose_cfg([f"task={task}", "scale=small"]).train.max_minutes
@@ -125,6 +128,8 @@ def test_a_tiny_run_at_scale_small_on_raw_multi30k_files(task, tmp_path):
     written = read_summary(tmp_path / "run")
     assert set(k for k in written["final"] if k.endswith("_bleu")) == {"valid_beam_bleu", "valid_bleu"}
     assert written["data_info"]["tests"] == "none (valid only)" and "tok:13a" in written["bleu_signature"]
+    assert written["data_info"]["selection"] == "dev: the last 20 training pairs, held out (train keeps 100)"
+    assert len((tmp_path / "run" / "outputs" / "valid.txt").read_text().splitlines()) == 8  # for the paired bootstrap
     assert written["env"]["precision"] == "fp32" and written["s_per_1k_steps_ci95"] is not None
 
 

@@ -258,5 +258,5 @@ def test_a_dev_split_is_held_out_from_the_end_of_train(tmp_path):
     assert held.info["selection"] == "dev: the last 4 training pairs, held out (train keeps 26)"
     plain = load_corpus(run_cfg(tmp_path, data))
     assert plain.dev is None and plain.train == (en, de) and plain.info["selection"].startswith("valid")
-    with pytest.raises(ValueError, match="data.dev_pairs=30 would hold out all 30 training pairs"):
+    with pytest.raises(ValueError, match="data.dev_pairs=30 would hold out all 30 training pairs; choose fewer than 30"):
         load_corpus(run_cfg(tmp_path, {**data, "dev_pairs": 30}))

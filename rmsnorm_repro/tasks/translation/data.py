@@ -76,7 +76,7 @@ def hold_out_dev(corpus: Corpus, pairs: int | None) -> Corpus:
     pairs = int(pairs)
     if pairs >= len(src):
         raise ValueError(f"data.dev_pairs={pairs} would hold out all {len(src)} training pairs; "
-                         "choose fewer (e.g. 1000) or null")
+                         f"choose fewer than {len(src)}, or null to choose the weights on valid")
     keep = len(src) - pairs
     corpus.train, corpus.dev = (src[:keep], tgt[:keep]), (src[keep:], tgt[keep:])
     corpus.info["selection"] = f"dev: the last {pairs} training pairs, held out (train keeps {keep})"
