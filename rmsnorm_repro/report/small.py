@@ -47,6 +47,7 @@ TITLES = {"rnnsearch": "RNNSearch (the paper's Tables 2 and 3, on Multi30k)",
 # layout's test_2016_flickr are the same 1,000 sentences), else the whole valid set, both with beam search.
 PRIMARY = ("test_bleu", "test_2016_flickr_bleu", "test_2017_flickr_bleu", "valid_beam_bleu")
 DEFAULT_DATA_ROOT = Path("data") / "multi30k"
+REFERENCE_RUNS = ROOT / "results" / "small" / "runs"  # the committed report's run records
 log = logging.getLogger(__name__)
 # minutes a run takes in all (training, its evaluations, the final beam decode) until runs timed on this
 # machine say otherwise (run_seconds): the default recipes' measured time on a 2-core AMD EPYC, 2 jobs
@@ -77,12 +78,18 @@ def sweep_command(task: str, runs_root: Path, setup: Setup) -> list[str]:
 
 
 # Reading the runs -------------------------------------------------------------------------------
-def run_seconds(folder: Path) -> tuple[float, int]:
-    """(seconds a run takes, how many completed runs that mean is of): the wall_s of the completed runs in
-    folder (each a job of an earlier sweep, on this setup), RUN_MINUTES when there are none."""
-    times = [run.summary["wall_s"] for run in (runs_of(folder.parent, folder.name) if folder.is_dir() else [])
-             if run.status == "completed" and isinstance(run.summary.get("wall_s"), (int, float))]
-    return (sum(times) / len(times), len(times)) if times else (60 * RUN_MINUTES, 0)
+def run_seconds(folder: Path) -> tuple[float, str]:
+    """(seconds a run takes, where that comes from): the mean wall_s of the completed runs in folder (jobs
+    of an earlier sweep on this setup), else of the committed report's runs (REFERENCE_RUNS, another
+    machine: its CPU is named), else RUN_MINUTES."""
+    for where, label in ((folder, "earlier runs here"), (REFERENCE_RUNS / folder.name, "the committed report's runs")):
+        runs = runs_of(where.parent, where.name) if where.is_dir() else []
+        times = [run.summary["wall_s"] for run in runs
+                 if run.status == "completed" and isinstance(run.summary.get("wall_s"), (int, float))]
+        if times:
+            cpus = sorted({str((run.summary.get("env") or {}).get("device_name")) for run in runs})
+            return sum(times) / len(times), f"mean of {len(times)} {label}, {' | '.join(cpus)}"
+    return 60 * RUN_MINUTES, "no run timed yet: the recipe's estimate"
 
 
 def finished_runs(folder: Path, seeds: str) -> int:
@@ -342,11 +349,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = len(NORMS) * len(setup.seeds.split(","))  # a task's sweep
         expected, basis = {}, []
         for task in tasks:
-            per_run, timed = run_seconds(args.out / "runs" / task)
+            per_run, source = run_seconds(args.out / "runs" / task)
             left = runs - finished_runs(args.out / "runs" / task, setup.seeds)
             expected[task] = math.ceil(left / setup.jobs) * per_run
-            basis.append(f"{task} {per_run / 60:.1f} min a run, {left} to train" +
-                         (f" (mean of {timed} earlier runs here)" if timed else " (no run timed here yet: the recipe's estimate)"))
+            basis.append(f"{task} {per_run / 60:.1f} min a run ({source}), {left} to train")
         if not any(expected.values()):
             print(f"small: every run under {args.out / 'runs'} is finished (the report is rewritten from them); to train "
                   "anew on this machine, choose another folder: make small SMALL_OUT=results/small-mine", flush=True)

@@ -52,6 +52,7 @@ def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path
     monkeypatch.setattr(small, "run_logged", lambda command, log, threads: ran.append(command) or (0, 2.0))
     monkeypatch.setattr(small, "write_report", lambda out, timings: out / "REPORT.md")
     monkeypatch.setattr(small, "measure_speed", lambda *args: timed.append(args))
+    monkeypatch.setattr(small, "REFERENCE_RUNS", tmp_path / "no-committed-runs")
     (tmp_path / "small" / "runs" / "rnnsearch").mkdir(parents=True)  # as the sweep would leave it
     args = ["--out", str(tmp_path / "small"), "--seeds", "1,2", "--jobs", "2", "--threads", "1", "--precision", "fp32"]
     assert small.main(args) == 0
@@ -60,8 +61,8 @@ def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path
     expected = 2 * 4 * small.RUN_MINUTES
     assert (f"small: 16 runs (rnnsearch and transformer x none, layernorm, rmsnorm, prmsnorm x seeds 1,2) into "
             f"{tmp_path / 'small' / 'runs'}, 2 at a time with 1 thread(s) each, fp32, on ") in out
-    assert (f"; about {expected:.0f} minutes: rnnsearch {small.RUN_MINUTES:.1f} min a run, 8 to train (no run timed "
-            "here yet: the recipe's estimate)") in out
+    assert (f"; about {expected:.0f} minutes: rnnsearch {small.RUN_MINUTES:.1f} min a run (no run timed yet: the "
+            "recipe's estimate), 8 to train") in out
     assert len(ran) == 2 and len(timed) == 1 and timed[0][2] == "small"  # then the side-by-side step times
 
     # two runs finished in 10 minutes each: rnnsearch's plan is the 6 left, 3 rounds of 10 minutes
@@ -70,8 +71,9 @@ def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path
         run.mkdir()
         (run / "config.yaml").write_text(f"task: {{name: rnnsearch}}\nnorm: {{name: {norm}, p: 1.0}}\nseed: 1\n")
         (run / "summary.json").write_text(json.dumps({"task": "rnnsearch", "norm": norm, "p": 1.0, "seed": 1,
-                                                      "status": "completed", "steps": 100, "final": {}, "wall_s": 600.0}))
+                                                      "status": "completed", "steps": 100, "final": {}, "wall_s": 600.0,
+                                                      "env": {"device_name": "AMD EPYC"}}))
     assert small.main(args) == 0
     out = capsys.readouterr().out
-    assert (f"about {30 + 4 * small.RUN_MINUTES:.0f} minutes: rnnsearch 10.0 min a run, 6 to train (mean of 2 earlier "
-            "runs here)") in out
+    assert (f"about {30 + 4 * small.RUN_MINUTES:.0f} minutes: rnnsearch 10.0 min a run (mean of 2 earlier runs here, "
+            "AMD EPYC), 6 to train") in out
