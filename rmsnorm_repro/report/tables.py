@@ -356,6 +356,8 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
                      "the same way. [lo, hi]: a 95% interval (one run: the bootstrap interval of its median; "
                      "several: a bootstrap over the runs and their intervals), for the speed-up too; \"within "
                      "noise\" when that interval holds 0. Runs that did not record an interval show none.  ")
+    if page.task == "reader":
+        lines.append(f"Reader passages (every number on this page): {reader_passages(runs)}.  ")
     if page.task in ("rnnsearch", "transformer"):
         lines.append(f"Valid BLEU at evaluation steps (curves, \"best valid BLEU\"): {valid_decode(runs)}; "
                      "test BLEU: beam search (`task.decode.beam`).  ")
@@ -372,6 +374,22 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
     lines += [f"- {group.label} (completed: {group.status_note()}): " +
               ", ".join(f"`{relative_to_page(run.path, md_dir)}`" for run in group.runs) for group in groups]
     return "\n".join(lines) + "\n"
+
+
+def reader_passages(runs: list[Run]) -> str:
+    """What the reader runs read: the authors' top4 passages, or what stands in for them (data_info)."""
+    def one(run: Run) -> str:
+        info = run.summary.get("data_info") or {}
+        if run.data != "cnn":
+            return f"data={run.data} (generated documents, not CNN)"
+        if info.get("layout") == "top4":
+            return "the authors' top4 passages"
+        k = info.get("top_sentences")
+        if k is None:
+            return ("WHOLE CNN documents (.question files, data.whole_documents=true): not the authors' top4, "
+                    "so time and error are not comparable with Table 6 and Figure 5")
+        return f"the top {k} sentences by word overlap with the query (an approximation of the authors' top4)"
+    return "; ".join(sorted({one(run) for run in runs}))
 
 
 def valid_decode(runs: list[Run]) -> str:
