@@ -184,7 +184,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
                 break
             if early_stopped:
                 stopped_by = "early_stopping"
-                log.info(f"no better valid {loop.best_name} in {loop.patience + 1} evaluations: stopping early at step {done}")
+                log.info(f"no better valid {loop.best_name} in {loop.patience} evaluations: stopping early at step {done}")
                 break
     finally:
         progress.close()
@@ -285,8 +285,7 @@ class Loop:
             state.evals_since_best += 1
 
     def early_stopped(self) -> bool:
-        # Nematus nmt.py:326-327: bad_counter > patience, so the (patience + 1)-th evaluation without a new best stops
-        return bool(self.patience) and self.state.evals_since_best > self.patience
+        return bool(self.patience) and self.state.evals_since_best >= self.patience
 
     def finish_pending_eval(self) -> bool:
         """Evaluate the step a signal interrupted, log its line and checkpoint; False if cut short again."""

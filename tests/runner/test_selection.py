@@ -3,6 +3,8 @@ did (Nematus: best valid loss with early stopping; order embeddings: best R@K su
 where the original had no selection (train.select_metric=last)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -49,8 +51,7 @@ def test_select_last_scores_the_final_weights(tmp_path, tiny_cfg):
         k: v for k, v in _test_metrics_of(cfg, tmp_path / "r" / "checkpoints" / "last.pt").items() if k in ("error", "accuracy")}
 
 
-def test_early_stopping_at_the_evaluation_after_patience_bad_ones(tmp_path, tiny_cfg):
-    # Nematus nmt.py:319-327: bad_counter counts evaluations without a new best; it stops once bad_counter > patience
+def test_early_stopping_after_patience_evaluations_without_a_new_best(tmp_path, tiny_cfg):
     # "best" = the highest train-set-like loss: it never improves after the first evaluation
     args = (*NOISY, "train.select_metric=loss", "train.select_mode=max", "train.early_stop_patience=2")
     summary = run(tiny_cfg(*args), tmp_path / "r")
@@ -58,7 +59,7 @@ def test_early_stopping_at_the_evaluation_after_patience_bad_ones(tmp_path, tiny
     losses = [r["valid_loss"] for r in read_metrics(tmp_path / "r") if "error" in r]
     first_best = evals[losses.index(max(losses))]
     assert summary["status"] == "completed" and summary["stopped_by"] == "early_stopping"
-    assert summary["steps"] == evals[-1] < 60 and len(evals) - 1 - evals.index(first_best) == 2 + 1
+    assert summary["steps"] == evals[-1] < 60 and len(evals) - 1 - evals.index(first_best) == 2
     # finished: the same command again trains nothing
     again = run(tiny_cfg(*args), tmp_path / "r")
     assert again == summary
@@ -74,3 +75,23 @@ def test_resume_keeps_both_checkpoints_and_selects_like_one_run(tmp_path, tiny_c
 def test_an_unknown_selection_metric_is_one_line(tmp_path, tiny_cfg):
     with pytest.raises(ConfigError, match="train.select_metric=bleu is not a validation metric of task=tiny"):
         run(tiny_cfg("train.select_metric=bleu"), tmp_path / "r")
+
+
+def test_paper_rnnsearch_stops_where_nematus_does(compose):
+    """Nematus 3655c38 nmt.py:316-330, patience 10 (nmt.py:651): bad_counter counts validations without a new
+    best and training stops once bad_counter > patience. Our train.early_stop_patience counts the
+    evaluations in a row without a new best that stop a run (the test above), so it must be that count."""
+    history = [5.0] + [5.0 + i for i in range(1, 30)]  # the first validation is the best, none after it improves
+    bad_counter, stopped_after = 0, None
+    for i, loss in enumerate(history):
+        if loss < min(history[:i] or [math.inf]):
+            bad_counter = 0
+        else:
+            bad_counter += 1
+            if bad_counter > 10:
+                stopped_after = bad_counter
+                break
+    assert stopped_after == 11
+    assert compose(["task=rnnsearch", "scale=paper"]).train.early_stop_patience == stopped_after
+    for tier in ("mini", "small"):  # their committed runs stopped after 10
+        assert compose(["task=rnnsearch", f"scale={tier}"]).train.early_stop_patience == 10

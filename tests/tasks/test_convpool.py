@@ -324,7 +324,7 @@ def test_norm_logits_is_the_paper_default_and_an_option():
 
 # The authors' initialization and Table 9 protocol (fidelity audit N6) -------------------------------
 def lasagne_glorot_bound(shape) -> float:
-    """Lasagne GlorotUniform, gain 1 (lasagne/init.py Glorot.sample): std = sqrt(2 / ((n1 + n2) * rf))
+    """Lasagne GlorotUniform, gain 1 (Lasagne 5d3c63c lasagne/init.py:160-177, Uniform :88-89): std = sqrt(2 / ((n1 + n2) * rf))
     with n1, n2 = shape[:2] and rf the product of the rest; Uniform(std) has bound std * sqrt(3)."""
     n1, n2, rf = shape[0], shape[1], int(np.prod(shape[2:])) if len(shape) > 2 else 1
     return float(np.sqrt(2.0 / ((n1 + n2) * rf)) * np.sqrt(3.0))
