@@ -150,7 +150,7 @@ def test_synthetic_images_are_learnable_but_not_trivially(tmp_path):
     assert last["error"] < first["error"] - 15, (first, last)
     assert last["train_error"] < first["train_error"] - 15
     assert abs(last["error"] + last["accuracy"] - 100) < 1e-9
-    assert set(task.evaluate(model, "test")) == {"error", "accuracy", "train_error"}
+    assert set(task.evaluate(model, "test")) == {"error", "accuracy", "train_error", "train_batch_error"}
 
 
 # CIFAR-10 -----------------------------------------------------------------------------------------

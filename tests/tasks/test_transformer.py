@@ -117,6 +117,7 @@ def test_paper_init_is_zeros_uniform_and_the_tiers_keep_xavier(compose):
         assert (cfg.task.model.init, cfg.task.max_len) == ("xavier", 80)
     m = model("rmsnorm", init="uniform", init_scale=0.08, d_model=64, ffn_dim=128)
     for name, w in m.named_parameters():
+        w = w.detach()
         if name.endswith("weight") and w.dim() == 2 and "embed" not in name:
             assert float(w.abs().max()) <= 0.08 and float(w.abs().max()) > 0.075, name
             assert float(w.std()) == pytest.approx(0.08 / 3 ** 0.5, rel=0.1), name  # U(-a, a): std a / sqrt(3)
