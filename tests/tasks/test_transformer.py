@@ -123,5 +123,5 @@ def test_paper_init_is_zeros_uniform_and_the_tiers_keep_xavier(compose):
             assert float(w.std()) == pytest.approx(0.08 / 3 ** 0.5, rel=0.1), name  # U(-a, a): std a / sqrt(3)
         elif "embed" in name:
             assert float(w[1:].std()) == pytest.approx(64 ** -0.5, rel=0.1)
-    ffn = dict(model("rmsnorm", init="xavier", d_model=64, ffn_dim=128).named_parameters())["encoder.0.ffn.0.weight"]
+    ffn = dict(model("rmsnorm", init="xavier", d_model=64, ffn_dim=128).named_parameters())["encoder.0.ffn.0.weight"].detach()
     assert 0.08 < float(ffn.abs().max()) <= (6 / (64 + 128)) ** 0.5  # fairseq's Xavier bound, not zero's 0.08
