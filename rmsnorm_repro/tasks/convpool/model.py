@@ -80,7 +80,7 @@ class ConvPoolCNNC(nn.Module):
         """Weights of the nine convs and the dense layer by `init` (task.model.init), zero biases:
 
         glorot_uniform: Lasagne's default layer init, U(+-sqrt(6 / (fan_in + fan_out))) with fans
-                  times the receptive field (lasagne/init.py Glorot.sample): the authors' RMSNormLayer
+                  times the receptive field (Lasagne init.py:160-177): the authors' RMSNormLayer
                   takes a W argument but never applies it, so the wrapped layers keep this one.
         normal:   N(0, init_std) on every layer, as Salimans' BatchNormLayer resets the layer it wraps
                   (weight_norm nn.py:111, Normal(0.05)).

@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..base import Task, check_int, check_number
-from .data import check_paper_passages
 from ..sampling import batch_indices, file_order_indices
-from .data import collate, load_reader_data
+from .data import check_paper_passages, collate, load_reader_data
 from .model import AttentiveReader
 
 

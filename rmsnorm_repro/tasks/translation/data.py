@@ -385,7 +385,8 @@ class TranslationData:
         if self.maxibatch is not None and batching != "sentences":
             raise ValueError(f"task.maxibatch applies to batches of sentences, not to batching by {batching}; set it to null")
         self.lengths = np.maximum(self.train.src_len, self.train.tgt_len)
-        self.buckets = make_buckets(self.train.src_len, self.train.tgt_len, batching, int(batch_size))
+        self.buckets = (None if self.maxibatch is not None else
+                        make_buckets(self.train.src_len, self.train.tgt_len, batching, int(batch_size)))
 
     def _encode(self, pair: Pair, path: Path) -> Encoded:
         def build(tmp: Path) -> None:
