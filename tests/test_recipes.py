@@ -130,3 +130,15 @@ def test_parser_reads_group_switches_and_values():
     cell = "plain text `optim.lr=1.0e-4` `norm=none` `optim.lr=3e-4` `optim.betas=[0.9, 0.98]` `x` `a.b=null`"
     assert assignments(cell) == [({}, "optim.lr", 1e-4), ({"norm": "none"}, "optim.lr", 3e-4),
                                  ({"norm": "none"}, "optim.betas", [0.9, 0.98]), ({"norm": "none"}, "a.b", None)]
+
+
+def test_the_card_states_order_embeddings_adam_ratio_as_computed():
+    """OE optim.py:15-33 against torch's Adam, constant gradient: OE's m = g (1 - 0.9^t), v = g^2 (1 - 0.999^t),
+    lr_t = lr sqrt(1 - 0.001^t) / (1 - 0.1^t); torch's bias-corrected step is lr. The card's numbers must be these."""
+    def ratio(t: int) -> float:
+        return math.sqrt(1 - 0.001 ** t) * (1 - 0.9 ** t) / ((1 - 0.1 ** t) * math.sqrt(1 - 0.999 ** t))
+
+    peak = max(range(1, 2000), key=ratio)
+    stated = f"{ratio(1):.1f}x at step 1, {ratio(peak):.1f}x near step {peak}, {ratio(100):.1f}x at step 100, {ratio(1000):.2f}x at step 1000"
+    assert stated == "3.5x at step 1, 6.6x near step 12, 3.2x at step 100, 1.26x at step 1000"
+    assert stated in CARD.read_text(encoding="utf-8")

@@ -288,7 +288,8 @@ PAGES: dict[str, Page] = {p.name: p for p in (
          time=False, render=render_retrieval, figures=("fig6",)),
     Page("table8", "Table 8: order embeddings, seconds per 0.1k steps", "retrieval", (RSUM,), figures=("fig6",)),
     Page("table9", "Table 9: ConvPool-CNN-C training error (the paper gives the curve only)", "convpool",
-         (Quality("final train error %", None, ("train_error",)), Quality("test error %", None, ("error",), digits=2)),
+         (Quality("final train error % (training batches, the authors')", None, ("train_batch_error",)),
+          Quality("final train error % (eval mode)", None, ("train_error",)), Quality("test error %", None, ("error",), digits=2)),
          render=render_curve_summary, figures=("table9",)),
     Page("table10", "Table 10: ConvPool-CNN-C on CIFAR-10, test error and seconds per epoch", "convpool",
          (Quality("test error %", "test_error_pct", ("error",), digits=2),), figures=("table9",)),
@@ -355,6 +356,11 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
                      "the same way. [lo, hi]: a 95% interval (one run: the bootstrap interval of its median; "
                      "several: a bootstrap over the runs and their intervals), for the speed-up too; \"within "
                      "noise\" when that interval holds 0. Runs that did not record an interval show none.  ")
+    if page.task == "reader":
+        lines.append(f"Reader passages (every number on this page): {reader_passages(runs)}.  ")
+    if page.task in ("rnnsearch", "transformer"):
+        lines.append(f"Valid BLEU at evaluation steps (curves, \"best valid BLEU\"): {valid_decode(runs)}; "
+                     "test BLEU: beam search (`task.decode.beam`).  ")
     lines.append("Ours: mean ± sample std over seeds (one value: a single run); \"runs\" counts completed runs; "
                  f"a row whose every run diverged reads \"{FAILS}\", as in the paper.")
     lines.append("")
@@ -368,6 +374,28 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
     lines += [f"- {group.label} (completed: {group.status_note()}): " +
               ", ".join(f"`{relative_to_page(run.path, md_dir)}`" for run in group.runs) for group in groups]
     return "\n".join(lines) + "\n"
+
+
+def reader_passages(runs: list[Run]) -> str:
+    """What the reader runs read: the authors' top4 passages, or what stands in for them (data_info)."""
+    def one(run: Run) -> str:
+        info = run.summary.get("data_info") or {}
+        if run.data != "cnn":
+            return f"data={run.data} (generated documents, not CNN)"
+        if info.get("layout") == "top4":
+            return "the authors' top4 passages"
+        k = info.get("top_sentences")
+        if k is None:
+            return ("WHOLE CNN documents (.question files, data.whole_documents=true): not the authors' top4, "
+                    "so time and error are not comparable with Table 6 and Figure 5")
+        return f"the top {k} sentences by word overlap with the query (an approximation of the authors' top4)"
+    return "; ".join(sorted({one(run) for run in runs}))
+
+
+def valid_decode(runs: list[Run]) -> str:
+    """How the runs decoded their eval-step BLEU: greedy (task.decode.valid_beam=1) or beam k."""
+    beams = sorted({int(((r.config.get("task") or {}).get("decode") or {}).get("valid_beam") or 1) for r in runs})
+    return ", ".join("greedy" if b == 1 else f"beam {b}" for b in beams) + " (`task.decode.valid_beam`)"
 
 
 def relative_to_page(path: str | Path, md_dir: Path) -> str:

@@ -84,6 +84,9 @@ def check_config(cfg: DictConfig) -> None:
     _number(cfg, "optim.lr", 0.0, low_open=True)
     _number(cfg, "optim.eps", 0.0)
     _number(cfg, "optim.weight_decay", 0.0)
+    if _get(cfg, "optim.eps_inside") and (_get(cfg, "optim.name") != "adam" or _get(cfg, "optim.weight_decay")):
+        raise ConfigError("optim.eps_inside=true is plain Adam (Salimans' CIFAR optimizer): use optim.name=adam "
+                          "and optim.weight_decay=0, or optim.eps_inside=false")
     _number(cfg, "optim.clip", 0.0, optional=True, low_open=True)
     if _get(cfg, "optim.clip_mode") not in (None, *CLIP_MODES):  # None: global
         raise ConfigError(f"optim.clip_mode={_get(cfg, 'optim.clip_mode')!r} is unknown; "

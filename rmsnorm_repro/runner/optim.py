@@ -13,7 +13,43 @@ from omegaconf import DictConfig
 from torch.optim.lr_scheduler import LambdaLR
 
 
+class AdamEpsInside(torch.optim.Optimizer):
+    """Adam with eps inside the square root, as Salimans' CIFAR code (weight_norm nn.py:73-90):
+
+        m_t = b1 m + (1 - b1) g,  v_t = b2 v + (1 - b2) g^2
+        p  -= lr * (m_t / (1 - b1^t)) / sqrt(v_t / (1 - b2^t) + eps)
+
+    torch's Adam divides by sqrt(v_hat) + eps instead, which no option changes. Both bias
+    corrections use the group's current betas (the CIFAR protocol lowers beta1 mid-run; so does
+    Salimans' symbolic mom1). No weight decay (config.py rejects it).
+    """
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, betas: tuple[float, float], eps: float):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            (b1, b2), eps = group["betas"], group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                denom = (v / (1 - b2 ** t)).add_(eps).sqrt_()
+                p.addcdiv_(m, denom, value=-group["lr"] / (1 - b1 ** t))
+
+
 def build_optimizer(params: Iterable[torch.nn.Parameter], optim: DictConfig) -> torch.optim.Optimizer:
+    if optim.get("eps_inside"):
+        return AdamEpsInside(params, lr=float(optim.lr), betas=tuple(float(b) for b in optim.betas), eps=float(optim.eps))
     cls = torch.optim.AdamW if optim.name == "adamw" else torch.optim.Adam
     return cls(params, lr=float(optim.lr), betas=tuple(float(b) for b in optim.betas),
                eps=float(optim.eps), weight_decay=float(optim.weight_decay))

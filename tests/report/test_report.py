@@ -210,3 +210,31 @@ def test_claims_cannot_tell_when_nothing_learned(tmp_path: Path):
     fig4 = claims.init_centre_claim(aggregate.group_runs(aggregate.load_runs(tmp_path / "init")))
     assert fig3.verdict == fig4.verdict == claims.UNSURE
     assert "no run reached BLEU 1" in fig3.numbers and "neither reached BLEU 1" in fig4.numbers
+
+
+def test_pages_say_how_valid_bleu_was_decoded_and_what_the_reader_read(tmp_path: Path):
+    """Audit N4 and N3: a curve's BLEU says greedy or beam; every reader number says its passages."""
+    runs_dir = tmp_path / "runs"
+    for seed, beam in ((1, 1), (2, 5)):
+        run = write_run(runs_dir, "rnnsearch", "rmsnorm", seed, final={"test14_bleu": 20.0}, best={"bleu": 19.0})
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        config["task"]["decode"] = {"valid_beam": beam}
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+    reader = write_run(runs_dir, "reader", "rmsnorm", 1, final={"error": 0.4, "accuracy": 0.6}, best={"accuracy": 0.6})
+    config = yaml.safe_load((reader / "config.yaml").read_text())
+    config["data"] = {"name": "cnn"}
+    (reader / "config.yaml").write_text(yaml.safe_dump(config))
+    summary = json.loads((reader / "summary.json").read_text())
+    (reader / "summary.json").write_text(json.dumps({**summary, "data_info": {"layout": "questions", "top_sentences": None}}))
+    runs = aggregate.load_runs(runs_dir)
+    assert "Valid BLEU at evaluation steps (curves, \"best valid BLEU\"): greedy, beam 5" in tables.render_page("fig2", runs, "runs", {}, tmp_path)
+    assert "Reader passages (every number on this page): WHOLE CNN documents" in tables.render_page("table6", runs, "runs", {}, tmp_path)
+
+
+def test_table9_shows_the_authors_training_error_beside_the_eval_mode_one(tmp_path: Path):
+    write_run(tmp_path / "runs", "convpool", "rmsnorm", 1, final={"train_batch_error": 12.5, "train_error": 3.25, "error": 9.0})
+    text = tables.render_page("table9", aggregate.load_runs(tmp_path / "runs"), "runs", {}, tmp_path)
+    header = next(line for line in text.splitlines() if line.startswith("| model"))
+    assert "final train error % (training batches, the authors')" in header and "final train error % (eval mode)" in header
+    row = next(line for line in text.splitlines() if line.startswith("| rmsnorm"))
+    assert "12.5" in row and "3.2" in row

@@ -269,3 +269,39 @@ def test_launcher_and_logger_groups_compose(compose):
     basic = compose(["task=tiny"], hydra_node=True)
     assert basic.hydra.launcher._target_.endswith("BasicLauncher")
     assert basic.hydra.run.dir == "results/runs/tiny/synthetic-mini/rmsnorm-p1.0-s1"
+
+
+def test_eps_inside_adam_is_salimans_update():
+    """weight_norm nn.py:73-90, by hand in float64: m, v with bias corrections by the current betas,
+    p -= lr * m_hat / sqrt(v_hat + eps); beta1 lowered to 0.5 from step 3 as the CIFAR protocol does."""
+    from omegaconf import OmegaConf
+
+    optim = OmegaConf.create({"name": "adam", "lr": 0.1, "betas": [0.9, 0.999], "eps": 1e-3, "eps_inside": True,
+                              "weight_decay": 0.0})
+    p = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64))
+    opt = build_optimizer([p], optim)
+    grads = [[0.3, -0.02, 1.5], [0.1, 0.04, -2.0], [-0.2, 0.0, 0.7], [0.05, -0.01, 0.3]]
+    want, m, v = [0.5, -1.0, 2.0], [0.0] * 3, [0.0] * 3
+    for t, g in enumerate(grads, start=1):
+        b1 = 0.9 if t < 3 else 0.5
+        opt.param_groups[0]["betas"] = (b1, 0.999)
+        for i in range(3):
+            m[i] = b1 * m[i] + (1 - b1) * g[i]
+            v[i] = 0.999 * v[i] + 0.001 * g[i] ** 2
+            want[i] -= 0.1 * (m[i] / (1 - b1 ** t)) / math.sqrt(v[i] / (1 - 0.999 ** t) + 1e-3)
+        p.grad = torch.tensor(g, dtype=torch.float64)
+        opt.step()
+        assert p.detach().tolist() == pytest.approx(want, rel=1e-12, abs=1e-15)
+    # torch's Adam puts eps outside the root: after one step it is elsewhere (so the option is what changes it)
+    q = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64))
+    torch_adam = build_optimizer([q], OmegaConf.merge(optim, {"eps_inside": False}))
+    assert isinstance(torch_adam, torch.optim.Adam)
+    q.grad = torch.tensor(grads[0], dtype=torch.float64)
+    torch_adam.step()
+    inside = [x - 0.1 * g / math.sqrt(g * g + 1e-3) for x, g in zip([0.5, -1.0, 2.0], grads[0])]
+    assert abs(q[1].item() - inside[1]) > 1e-3
+
+
+def test_cifar_paper_uses_eps_inside_adam_and_mini_keeps_torchs(compose):
+    assert compose(["task=convpool", "scale=paper"]).optim.eps_inside is True
+    assert compose(["task=convpool", "scale=mini"]).optim.eps_inside is False

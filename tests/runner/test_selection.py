@@ -3,6 +3,8 @@ did (Nematus: best valid loss with early stopping; order embeddings: best R@K su
 where the original had no selection (train.select_metric=last)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -73,3 +75,23 @@ def test_resume_keeps_both_checkpoints_and_selects_like_one_run(tmp_path, tiny_c
 def test_an_unknown_selection_metric_is_one_line(tmp_path, tiny_cfg):
     with pytest.raises(ConfigError, match="train.select_metric=bleu is not a validation metric of task=tiny"):
         run(tiny_cfg("train.select_metric=bleu"), tmp_path / "r")
+
+
+def test_paper_rnnsearch_stops_where_nematus_does(compose):
+    """Nematus 3655c38 nmt.py:316-330, patience 10 (nmt.py:651): bad_counter counts validations without a new
+    best and training stops once bad_counter > patience. Our train.early_stop_patience counts the
+    evaluations in a row without a new best that stop a run (the test above), so it must be that count."""
+    history = [5.0] + [5.0 + i for i in range(1, 30)]  # the first validation is the best, none after it improves
+    bad_counter, stopped_after = 0, None
+    for i, loss in enumerate(history):
+        if loss < min(history[:i] or [math.inf]):
+            bad_counter = 0
+        else:
+            bad_counter += 1
+            if bad_counter > 10:
+                stopped_after = bad_counter
+                break
+    assert stopped_after == 11
+    assert compose(["task=rnnsearch", "scale=paper"]).train.early_stop_patience == stopped_after
+    for tier in ("mini", "small"):  # their committed runs stopped after 10
+        assert compose(["task=rnnsearch", f"scale={tier}"]).train.early_stop_patience == 10

@@ -150,7 +150,7 @@ def test_synthetic_images_are_learnable_but_not_trivially(tmp_path):
     assert last["error"] < first["error"] - 15, (first, last)
     assert last["train_error"] < first["train_error"] - 15
     assert abs(last["error"] + last["accuracy"] - 100) < 1e-9
-    assert set(task.evaluate(model, "test")) == {"error", "accuracy", "train_error"}
+    assert set(task.evaluate(model, "test")) == {"error", "accuracy", "train_error", "train_batch_error"}
 
 
 # CIFAR-10 -----------------------------------------------------------------------------------------
@@ -320,3 +320,57 @@ def test_rmsnorm_on_the_logits_fixes_their_scale():
 def test_norm_logits_is_the_paper_default_and_an_option():
     assert compose_cfg("scale=paper").task.model.norm_logits is True
     assert compose_cfg("scale=mini").task.model.norm_logits is True
+
+
+# The authors' initialization and Table 9 protocol (fidelity audit N6) -------------------------------
+def lasagne_glorot_bound(shape) -> float:
+    """Lasagne GlorotUniform, gain 1 (Lasagne 5d3c63c lasagne/init.py:160-177, Uniform :88-89): std = sqrt(2 / ((n1 + n2) * rf))
+    with n1, n2 = shape[:2] and rf the product of the rest; Uniform(std) has bound std * sqrt(3)."""
+    n1, n2, rf = shape[0], shape[1], int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    return float(np.sqrt(2.0 / ((n1 + n2) * rf)) * np.sqrt(3.0))
+
+
+@pytest.mark.parametrize("norm, init", [("rmsnorm", "glorot_uniform"), ("prmsnorm", "glorot_uniform"),
+                                        ("layernorm", "glorot_uniform"), ("batchnorm", "normal"), ("none", "he")])
+def test_paper_scale_initializes_each_norm_as_the_authors_layers(norm, init):
+    cfg = compose_cfg("scale=paper", f"norm={norm}")
+    assert cfg.task.model.init == init
+    torch.manual_seed(0)
+    model = make_task_model(cfg)
+    for layer in [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]:
+        w = layer.weight.detach().double()
+        if init == "glorot_uniform":  # the wrapped Lasagne layer's default, never reset by RMSNormLayer
+            bound = lasagne_glorot_bound(tuple(w.shape))
+            assert w.abs().max() <= bound and w.abs().max() > 0.95 * bound
+            assert w.std().item() == pytest.approx(bound / np.sqrt(3.0), rel=0.05)
+        elif init == "normal":  # Salimans' BatchNormLayer: incoming.W <- Normal(0.05) (weight_norm nn.py:111)
+            assert w.std().item() == pytest.approx(0.05, rel=0.05)
+    assert compose_cfg("scale=mini", f"norm={norm}").task.model.init == "he"  # mini's committed recipe
+
+
+def make_task_model(cfg) -> nn.Module:
+    m = cfg.task.model
+    norms = build_normalization(cfg.norm.name, cfg.norm, ConvPoolTask.supported_norms, "convpool")
+    return ConvPoolCNNC(norms, tuple(m.widths), int(m.num_classes), norm_logits=bool(m.norm_logits),
+                        init=str(m.init), init_std=float(m.init_std))
+
+
+def test_train_batch_error_is_the_mean_error_of_the_training_batches(tmp_path):
+    """weight_norm train.py:103,137-141: train_err = mean over the epoch's batches of each batch's error,
+    computed in the training pass (noise and dropout on)."""
+    cfg = tiny_cfg(tmp_path)
+    task = make_task(cfg)
+    torch.manual_seed(0)
+    model = task.build_model().train()
+    errors = []
+    for step in range(3):
+        x, y = task.train_batch(step)
+        torch.manual_seed(step)
+        task.loss(model, (x, y))
+        torch.manual_seed(step)  # the same noise and dropout masks again: the batch's own training-pass error
+        errors.append((model(x).argmax(1) != y).double().mean().item())
+    model.eval()
+    out = task.evaluate(model, "valid")
+    assert out["train_batch_error"] == pytest.approx(100 * np.mean(errors))
+    assert "train_error" in out  # the eval-mode measurement stays, as a second column
+    assert task.evaluate(model, "test")["train_batch_error"] == out["train_batch_error"]  # the last interval's

@@ -344,3 +344,39 @@ def test_questions_layout_can_keep_the_top_sentences(tmp_path):
     doc = [data.vocab[i] for i in data.splits["train"][0].doc.tolist()]
     assert doc == "( @entity1 ) -- @entity3 met @entity5 in @entity7 on monday .".split()
     assert data.info == {"layout": "questions", "top_sentences": 1}
+
+
+def test_paper_batches_follow_the_authors_file_order():
+    """Attentive_reader bn: the training iterator has shuffle=False and drops a last partial batch
+    (pkl_data_iterator.py:105,244-247,270-287); every epoch restarts it (attentive_reader.py:412-418)."""
+    from rmsnorm_repro.tasks.sampling import file_order_indices
+
+    n, b = 2000, 16  # 125 whole batches an epoch
+    assert file_order_indices(n, b, 0).tolist() == list(range(16))
+    assert file_order_indices(n, b, 124).tolist() == list(range(1984, 2000))
+    assert file_order_indices(n, b, 125).tolist() == list(range(16)), "the next epoch repeats the order"
+    assert file_order_indices(2010, b, 125).tolist() == list(range(16)), "a last partial batch is dropped"
+    assert torch.cat([file_order_indices(n, b, 7, r, 2) for r in (0, 1)]).tolist() == list(range(112, 128))
+    cfg = synthetic_cfg()
+    cfg.task.batch_order = "file"
+    task = ReaderTask(cfg, build_normalization("none"), torch.device("cpu"))
+    train = task.data.splits["train"]
+    want = task.prepare([train[i] for i in range(16, 32)], task.entity_permutation(1))
+    got = task.train_batch(1)
+    assert all(torch.equal(got[k], want[k]) for k in got)
+
+
+def test_paper_reader_runs_without_top4_must_choose_their_passages(tmp_path):
+    from rmsnorm_repro.tasks.reader.data import check_paper_passages
+
+    write_cnn(tmp_path)
+    data = {"name": "cnn", "root": str(tmp_path), "layout": "auto", "files": {"train": "train4"},
+            "top_sentences": None, "whole_documents": False}
+    cfg = OmegaConf.create({"scale": {"name": "paper"}, "data": data})
+    with pytest.raises(ValueError, match="scale=paper reader: no top4 pickles .* data.whole_documents=true"):
+        check_paper_passages(cfg)
+    for choice in ({"whole_documents": True}, {"top_sentences": 4}):
+        check_paper_passages(OmegaConf.merge(cfg, {"data": choice}))
+    check_paper_passages(OmegaConf.merge(cfg, {"scale": {"name": "mini"}}))
+    write_top4(tmp_path)
+    check_paper_passages(cfg)  # the authors' passages: nothing to choose

@@ -180,3 +180,17 @@ def test_config_errors_are_clear():
                   build_normalization("none"))
     with pytest.raises(ValueError, match="dropout must be in"):
         RNNSearch({**CFG, "dropout": 1.0}, V, PAD, build_normalization("none"))
+
+
+def test_table3_theano_rmsnorm_is_the_offset_variant(compose):
+    """Table 3's Th columns ran the authors' Theano layer_norm (rmsnorm README.md:121-130):
+    x / sqrt(mean(x^2) + 1e-5) * s + b, the offset b kept. norm.bias=true on the paper recipe gives it."""
+    cfg = compose(["task=rnnsearch", "scale=paper", "norm=rmsnorm", "norm.bias=true"])
+    norm = build_normalization(cfg.norm.name, cfg.norm, SUPPORTED_NORMS, "rnnsearch").act(6).double()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(3, 6, dtype=torch.float64)
+    theano = x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-5) * norm.weight + norm.bias
+    torch.testing.assert_close(norm(x), theano, rtol=1e-12, atol=1e-12)

@@ -105,3 +105,23 @@ def test_training_mode_uses_dropout_and_trains_without_norm():
 def test_bad_head_count_is_a_clear_error():
     with pytest.raises(ValueError, match="divisible"):
         model(heads=5)
+
+
+def test_paper_init_is_zeros_uniform_and_the_tiers_keep_xavier(compose):
+    """zero run.py:72-75 (initializer "uniform", gain 0.08), modules/initializer.py:14-16: every weight
+    matrix U(-0.08, 0.08); embeddings N(0, d^-1/2) (zero models/transformer.py:18,24-26); max_len 100 (run.py:122)."""
+    paper = compose(["task=transformer", "scale=paper"])
+    assert (paper.task.model.init, paper.task.model.init_scale, paper.task.max_len) == ("uniform", 0.08, 100)
+    for tier in ("mini", "small"):
+        cfg = compose(["task=transformer", f"scale={tier}"])
+        assert (cfg.task.model.init, cfg.task.max_len) == ("xavier", 80)
+    m = model("rmsnorm", init="uniform", init_scale=0.08, d_model=64, ffn_dim=128)
+    for name, w in m.named_parameters():
+        w = w.detach()
+        if name.endswith("weight") and w.dim() == 2 and "embed" not in name:
+            assert float(w.abs().max()) <= 0.08 and float(w.abs().max()) > 0.075, name
+            assert float(w.std()) == pytest.approx(0.08 / 3 ** 0.5, rel=0.1), name  # U(-a, a): std a / sqrt(3)
+        elif "embed" in name:
+            assert float(w[1:].std()) == pytest.approx(64 ** -0.5, rel=0.1)
+    ffn = dict(model("rmsnorm", init="xavier", d_model=64, ffn_dim=128).named_parameters())["encoder.0.ffn.0.weight"].detach()
+    assert 0.08 < float(ffn.abs().max()) <= (6 / (64 + 128)) ** 0.5  # fairseq's Xavier bound, not zero's 0.08

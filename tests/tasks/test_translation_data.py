@@ -223,6 +223,42 @@ def test_train_batches_are_a_pure_function_of_seed_and_step(tmp_path):
     assert sum(int(s["tgt_mask"].sum()) for s in shards) == int(full["tgt_mask"].sum())
 
 
+def nematus_epoch(shuffled_pairs, batch_size, maxibatch_size):
+    """Nematus' TextIterator over one epoch of an already shuffled corpus (data_iterator.py:101,136-216):
+    fill a buffer of batch_size * maxibatch_size pairs, sort it by max(len source, len target), pop batches
+    of batch_size off the end. Pairs are (id, src_len, tgt_len); returns the batches' ids."""
+    k, stream, batches = batch_size * maxibatch_size, list(shuffled_pairs), []
+    while stream:
+        buffer, stream = stream[:k], stream[k:]
+        tlen = np.array([max(s, t) for _, s, t in buffer])
+        buffer = [buffer[i] for i in tlen.argsort(kind="stable")]
+        while buffer:
+            batch = []
+            while buffer and len(batch) < batch_size:
+                batch.append(buffer.pop()[0])
+            batches.append(batch)
+    return batches
+
+
+def test_rnnsearch_batches_follow_nematus_maxibatches(tmp_path):
+    cfg = run_cfg(tmp_path, max_len=30, maxibatch=3)
+    data, again = TranslationData(cfg, "sentences", 16), TranslationData(cfg, "sentences", 16)
+    n = len(data.train)
+    per_epoch = -(-n // 16)
+    for epoch in (0, 1):
+        perm = np.random.default_rng([3, epoch]).permutation(n)  # the epoch's shuffle, drawn from (seed, epoch)
+        want = nematus_epoch([(int(i), int(data.train.src_len[i]), int(data.train.tgt_len[i])) for i in perm], 16, 3)
+        got = [data.batch_indices(epoch * per_epoch + s).tolist() for s in range(per_epoch)]
+        assert got == want
+    assert len(want) == per_epoch and sorted(sum(want, [])) == list(range(n))
+    lengths = [int(np.maximum(data.train.src_len, data.train.tgt_len)[b].max()) for b in got[:3]]
+    assert lengths == sorted(lengths, reverse=True), "a maxibatch's batches come longest first"
+    # resumable: a fresh object (a resumed run) gives the same batch for any step
+    assert all(np.array_equal(data.batch_indices(s), again.batch_indices(s)) for s in (0, 5, per_epoch + 2))
+    with pytest.raises(ValueError, match="task.maxibatch applies to batches of sentences"):
+        TranslationData(cfg, "tokens", 300)
+
+
 def test_subset_keeps_the_chosen_sentences_in_order():
     enc = Encoded([[5], [6, 7], [], [8, 9, 10]], [[11, 12], [13], [14], [15]])
     sub = subset(enc, np.array([3, 1, 2]))

@@ -168,3 +168,19 @@ def test_nematus_loss_is_each_sentences_summed_cost_averaged_over_sentences(tmp_
     task.cfg.task.loss_per = "word"
     with pytest.raises(ValueError, match="task.loss_per must be token or sentence"):
         type(task).check_config(task.cfg)
+
+
+def test_label_smoothing_is_nematus_late_2018_option(tmp_path):
+    """Nematus 3655c38 layers.py:536-552 (--label_smoothing, nmt.py:621): target eps/V + (1 - eps) on the
+    true word, eps/V elsewhere, cross-entropy summed over each sentence's target words (mask), then the
+    batch mean over sentences (model.py:63-68). Computed by hand in float64 from the model's logits."""
+    task, model = make_task(tmp_path, "rnnsearch", extra=("task.loss_per=sentence",))
+    assert task.cfg.task.label_smoothing == 0.1
+    batch = task.train_batch(0)
+    model.eval()
+    loss, _ = task.loss(model, batch)
+    logp = torch.log_softmax(model(batch["src"], batch["src_mask"], batch["tgt_in"]).double(), -1)
+    eps, v = 0.1, logp.size(-1)
+    target = torch.full_like(logp, eps / v).scatter_(-1, batch["tgt_out"][..., None], 1 - eps + eps / v)
+    cost = -(target * logp).sum(-1) * batch["tgt_mask"]
+    assert loss.item() == pytest.approx(cost.sum(1).mean().item(), rel=1e-5)

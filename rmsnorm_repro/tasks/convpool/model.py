@@ -35,6 +35,9 @@ from torch import Tensor, nn
 from ...norms import Normalization, init_weight_
 
 
+INITS = ("he", "glorot_uniform", "normal")
+
+
 def has_offset(norm: nn.Module) -> bool:
     """Whether a norm adds its own bias after normalizing (then the layer before it needs none)."""
     return getattr(norm, "bias", None) is not None
@@ -50,6 +53,8 @@ class ConvPoolCNNC(nn.Module):
         dropout: float = 0.5,
         slope: float = 0.1,
         norm_logits: bool = True,
+        init: str = "he",
+        init_std: float = 0.05,
     ):
         super().__init__()
         c1, c2 = widths
@@ -69,20 +74,30 @@ class ConvPoolCNNC(nn.Module):
         )  # fmt: skip
         self.logit_norm = norms.act(num_classes) if norm_logits else nn.Identity()
         self.classifier = norms.linear(c2, num_classes, bias=not has_offset(self.logit_norm))
-        self._init_weights()
+        self._init_weights(init, float(init_std))
 
-    def _init_weights(self) -> None:
-        """He init for the LeakyReLU layers and a unit-gain one for the logits, zero biases.
+    def _init_weights(self, init: str, init_std: float) -> None:
+        """Weights of the nine convs and the dense layer by `init` (task.model.init), zero biases:
 
-        Salimans' script instead rescales each layer on 500 training images so its outputs start with
-        zero mean and unit variance per channel (no_norm and weight_norm alike). He init aims at the
-        same unit variance without a data pass; tried at scale=mini, the data-dependent version started
-        from a higher loss (unit-variance logits) and was no faster in the first 80 steps.
+        glorot_uniform: Lasagne's default layer init, U(+-sqrt(6 / (fan_in + fan_out))) with fans
+                  times the receptive field (Lasagne init.py:160-177): the authors' RMSNormLayer
+                  takes a W argument but never applies it, so the wrapped layers keep this one.
+        normal:   N(0, init_std) on every layer, as Salimans' BatchNormLayer resets the layer it wraps
+                  (weight_norm nn.py:111, Normal(0.05)).
+        he:       He normal for the LeakyReLU layers, unit gain for the logits. Salimans' no_norm and
+                  weight_norm rescale each layer on 500 training images instead (data-dependent, not
+                  done here): He aims at the same unit variance without a data pass.
         """
+        if init not in INITS:
+            raise ValueError(f"task.model.init must be one of {', '.join(INITS)}, got {init!r}")
         layers = [m for m in self.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
         for layer in layers:
             w = torch.empty_like(layer.weight)
-            if layer is self.classifier:
+            if init == "glorot_uniform":
+                nn.init.xavier_uniform_(w)
+            elif init == "normal":
+                nn.init.normal_(w, 0.0, init_std)
+            elif layer is self.classifier:
                 nn.init.kaiming_normal_(w, nonlinearity="linear")
             else:
                 nn.init.kaiming_normal_(w, a=self.slope, nonlinearity="leaky_relu")

@@ -4,10 +4,14 @@ Data: data=cifar10 (torchvision's files, ZCA-whitened) or data=synthetic (genera
 Metrics, in percent like the paper's tables:
   error, accuracy   on the test set; "valid" uses the test set too: CIFAR-10 has no validation set
                     and Salimans' script (the paper's protocol) logs test error every epoch
-  train_error       on a fixed subset of the training set, model in eval mode (no noise, no
-                    dropout): the training-error curve of Table 9. Salimans' script instead averages
-                    the error of the noisy, dropped-out training batches over an epoch, which reads
-                    higher; a fixed subset gives the same number whether or not a run was resumed.
+  train_batch_error Table 9's training error as the authors measured it (weight_norm train.py:103,
+                    137-141): the mean error of the training batches since the last evaluation (one
+                    epoch at scale=paper), noise and dropout on, each batch scored by the weights of
+                    its own step. Under DDP rank 0's batches. A run resumed between two evaluations
+                    averages the batches since the resume (paper checkpoints fall on evaluations).
+  train_error       the same curve measured again: a fixed subset of the training set, model in eval
+                    mode (no noise, no dropout); reads lower, and is the same whether or not a run
+                    was resumed.
 """
 from __future__ import annotations
 
@@ -44,6 +48,9 @@ class ConvPoolTask(Task):
         if self.steps_per_epoch < 1:
             raise ValueError(f"train.batch_size={self.batch_size} exceeds the {len(self.train_x)} training images")
         self._perm_epoch, self._perm = -1, None
+        # train_batch_error: wrong answers and examples of the training batches since the last evaluation
+        # (a tensor sum: no device sync per step), and the last interval's value for the final summary
+        self._wrong, self._seen, self._batch_error = torch.zeros((), dtype=torch.long, device=device), 0, None
 
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
@@ -88,12 +95,16 @@ class ConvPoolTask(Task):
         m = self.cfg.task.model
         widths = [max(1, round(w * float(m.width_mult))) for w in m.widths]
         model = ConvPoolCNNC(self.norms, widths, int(m.num_classes), float(m.input_noise), float(m.dropout), float(m.leaky_slope),
-                             bool(m.get("norm_logits", True)))
+                             bool(m.get("norm_logits", True)), str(m.get("init") or "he"), float(m.get("init_std") or 0.05))
         return model.to(self.device)
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
         x, y = batch
-        return F.cross_entropy(model(x), y), len(y)
+        logits = model(x)
+        if model.training:
+            self._wrong += (logits.detach().argmax(1) != y).sum()
+            self._seen += len(y)
+        return F.cross_entropy(logits, y), len(y)
 
     @torch.no_grad()
     def _error(self, model: nn.Module, x: Tensor, y: Tensor) -> float:
@@ -110,4 +121,11 @@ class ConvPoolTask(Task):
         error = self._error(model, self.test_x, self.test_y)
         n = int(self.cfg.task.train_error_size)
         train_error = self._error(model, self.train_x[:n], self.train_y[:n])
-        return {"error": error, "accuracy": 100.0 - error, "train_error": train_error}
+        out = {"error": error, "accuracy": 100.0 - error, "train_error": train_error}
+        if split == "valid" and self._seen:
+            self._batch_error = 100.0 * int(self._wrong) / self._seen
+            self._wrong.zero_()
+            self._seen = 0
+        if self._batch_error is not None:
+            out["train_batch_error"] = self._batch_error
+        return out

@@ -341,6 +341,21 @@ def synthetic_reader(sizes: Mapping[str, Any]) -> ReaderData:
     return ReaderData(vocab, n_ent, splits)
 
 
+def check_paper_passages(cfg: Any) -> None:
+    """scale=paper trains on the authors' top4 passages (rmsnorm README.md:145). The rule that cut them
+    from the CNN documents is in none of the authors' repositories, so without the top4 pickles a paper
+    run must say what it trains on instead: data.whole_documents=true (whole documents: longer steps,
+    Table 6's time and Figure 5's error not the paper's) or data.top_sentences=k (our approximation)."""
+    data = cfg.get("data") or {}
+    if (cfg.get("scale") or {}).get("name") != "paper" or data.get("name") != "cnn" or cnn_layout(data) == "top4":
+        return
+    if data.get("top_sentences") is None and not data.get("whole_documents"):
+        raise ValueError(f"scale=paper reader: no top4 pickles ({data['files']['train']}_pass.pkl) under {data['root']}, "
+                         "and the rule that made them from the .question files is not public; put top4.zip's files "
+                         "there, or choose explicitly: data.whole_documents=true (whole documents) or "
+                         "data.top_sentences=4 (an approximation of top4)")
+
+
 def load_reader_data(cfg: Any) -> ReaderData:
     name = cfg.data.name
     if name == "cnn":

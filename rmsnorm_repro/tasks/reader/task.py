@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..base import Task, check_int, check_number
-from ..sampling import batch_indices
-from .data import collate, load_reader_data
+from ..sampling import batch_indices, file_order_indices
+from .data import check_paper_passages, collate, load_reader_data
 from .model import AttentiveReader
 
 
@@ -47,6 +47,10 @@ class ReaderTask(Task):
             raise ValueError(f"task.model.input_bias must be after or both, got {bias!r}")
         for split in ("train", "valid", "test"):  # data=synthetic: an empty split would fail at evaluation
             check_int(cfg, f"task.synthetic.{split}_size", 1)
+        order = (cfg.get("task") or {}).get("batch_order")
+        if order not in (None, "file", "shuffled"):
+            raise ValueError(f"task.batch_order must be file or shuffled, got {order!r}")
+        check_paper_passages(cfg)
 
     def build_model(self) -> nn.Module:
         m = self.cfg.task.model
@@ -96,8 +100,11 @@ class ReaderTask(Task):
         return table
 
     def train_batch(self, step: int, rank: int = 0, world_size: int = 1) -> dict[str, Tensor]:
-        train = self.data.splits["train"]
-        index = batch_indices(len(train), int(self.cfg.train.batch_size), step, int(self.cfg.seed), rank, world_size)
+        train, batch_size = self.data.splits["train"], int(self.cfg.train.batch_size)
+        if self.cfg.task.get("batch_order") == "file":
+            index = file_order_indices(len(train), batch_size, step, rank, world_size)
+        else:
+            index = batch_indices(len(train), batch_size, step, int(self.cfg.seed), rank, world_size)
         return self.prepare([train[i] for i in index.tolist()], self.entity_permutation(step))
 
     def forward(self, model: nn.Module, batch: dict[str, Tensor]) -> Tensor:

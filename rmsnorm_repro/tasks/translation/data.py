@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -351,6 +352,26 @@ def make_buckets(src_len: np.ndarray, tgt_len: np.ndarray, by: str, size: int) -
     return buckets
 
 
+def maxibatch_batch(lengths: np.ndarray, batch_size: int, maxibatch: int, seed: int, step: int) -> np.ndarray:
+    """Batch `step` in Nematus' order (data_iterator.py:101,133-216; nmt.py shuffle_each_epoch, maxibatch_size
+    20): each epoch the training set is shuffled and read in maxibatches of maxibatch * batch_size
+    sentences; a maxibatch is sorted by max(source, target) length and its batches are popped off the
+    end, longest first. An epoch has ceil(n / batch_size) batches. `lengths` = max(source, target) per
+    sentence; ties keep the shuffled order (a stable sort; Nematus' argsort is unstable)."""
+    n = len(lengths)
+    epoch, pos = divmod(int(step), -(-n // batch_size))
+    chunk, j = divmod(pos, maxibatch)
+    size = maxibatch * batch_size
+    members = _epoch_permutation(n, seed, epoch)[chunk * size: (chunk + 1) * size]
+    longest_first = members[np.argsort(lengths[members], kind="stable")][::-1]
+    return longest_first[j * batch_size: (j + 1) * batch_size]
+
+
+@lru_cache(maxsize=2)
+def _epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
 # The data of one run ------------------------------------------------------------------------
 
 class TranslationData:
@@ -382,9 +403,17 @@ class TranslationData:
         self.tests = {name: (pair, self._encode_eval(name, pair, cut)) for name, pair in corpus.tests.items()}
 
         self.seed = int(cfg["seed"])
-        self.buckets = make_buckets(self.train.src_len, self.train.tgt_len, batching, int(batch_size))
+        self.batch_size = int(batch_size)
+        # task.maxibatch: Nematus' shuffled maxibatches (RNNSearch); null: fixed length-sorted buckets in a fresh order each epoch
+        self.maxibatch = cfg["task"].get("maxibatch")
+        if self.maxibatch is not None and batching != "sentences":
+            raise ValueError(f"task.maxibatch applies to batches of sentences, not to batching by {batching}; set it to null")
+        self.lengths = np.maximum(self.train.src_len, self.train.tgt_len)
+        self.buckets = (None if self.maxibatch is not None else
+                        make_buckets(self.train.src_len, self.train.tgt_len, batching, int(batch_size)))
         # a report turns steps into epochs with these
-        self.info.update(train_pairs=len(self.train), batches_per_epoch=len(self.buckets))
+        per_epoch = len(self.buckets) if self.buckets is not None else -(-len(self.train) // self.batch_size)
+        self.info.update(train_pairs=len(self.train), batches_per_epoch=per_epoch)
 
     def _encode(self, pair: Pair, path: Path) -> Encoded:
         def build(tmp: Path) -> None:
@@ -404,7 +433,10 @@ class TranslationData:
         return Encoded(*sides)
 
     def batch_indices(self, step: int) -> np.ndarray:
-        """Sentence indices of the global batch of `step`: bucket perm_e[step mod n], e = epoch."""
+        """Sentence indices of the global batch of `step` (a pure function of seed and step): with task.maxibatch
+        Nematus' order (maxibatch_batch), else bucket perm_e[step mod n], e = epoch."""
+        if self.maxibatch is not None:
+            return maxibatch_batch(self.lengths, self.batch_size, int(self.maxibatch), self.seed, step)
         n = len(self.buckets)
         epoch, pos = divmod(int(step), n)
         perm = np.random.default_rng([self.seed, epoch]).permutation(n)

@@ -66,6 +66,7 @@ class TranslationTask(Task):
         for key in ("beam", "valid_beam", "batch_size"):
             check_int(cfg, f"task.decode.{key}", 1)
         check_int(cfg, "task.decode.valid_sentences", 1, optional=True)
+        check_int(cfg, "task.maxibatch", 1, optional=True)
         check_number(cfg, "task.decode.length_penalty", 0.0)
         check_number(cfg, "task.decode.max_len_a", 0.0)
         check_int(cfg, "task.decode.max_len_b", 0)

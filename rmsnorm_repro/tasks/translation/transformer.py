@@ -112,14 +112,21 @@ class Transformer(nn.Module):
         self.enc_final = norms.act(d) if pre else nn.Identity()
         self.dec_final = norms.act(d) if pre else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
-        self.reset_parameters(float(cfg.get("init_center", 0.0)))
+        self.reset_parameters(float(cfg.get("init_center", 0.0)), str(cfg.get("init") or "xavier"),
+                              float(cfg.get("init_scale") or 0.08))
 
-    def reset_parameters(self, center: float) -> None:
-        """fairseq's init (Xavier-uniform matrices, N(0, d^-1/2) embeddings, zero biases); every
-        weight matrix is shifted by `center` (the paper's Figure 4 uses 0.2). Norm gains keep 1."""
+    def reset_parameters(self, center: float, init: str = "xavier", scale: float = 0.08) -> None:
+        """Weight matrices U(-scale, scale) (init=uniform: zero's default initializer, run.py:72-75,
+        modules/initializer.py:14-16) or Xavier-uniform (init=xavier: fairseq's); embeddings N(0, d^-1/2)
+        (both toolkits), biases 0. Every weight matrix is shifted by `center` (the paper's Figure 4 uses
+        0.2). Norm gains keep 1."""
+        if init not in ("uniform", "xavier"):
+            raise ValueError(f"task.model.init must be uniform or xavier, got {init!r}")
         for m in self.modules():
             if isinstance(m, nn.Linear):
-                init_weight_(m, nn.init.xavier_uniform_(torch.empty_like(m.weight)) + center)
+                w = torch.empty_like(m.weight)
+                w = nn.init.uniform_(w, -scale, scale) if init == "uniform" else nn.init.xavier_uniform_(w)
+                init_weight_(m, w + center)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
             elif isinstance(m, nn.Embedding):
