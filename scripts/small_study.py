@@ -6,7 +6,7 @@ step side by side in one process (one thread, the recipes in turn on their own b
 "BLEU per CPU-minute" compares recipes on the same footing whatever ran beside each run.
 
     python scripts/small_study.py results/small/study --data-root ../shared/data/multi30k \\
-        --out docs/small_study.md          # writes the table, docs/small_study.png and the timings
+        --out docs/small_study.md     # the table into the page, docs/small_study.png, the timings (.json)
 
 CPU-minutes of a run = its steps x the recipe's median CPU seconds a step (thread CPU time, measured
 here) + the evaluations' and the final beam decode's time (from the run's own clock, which ran beside
@@ -33,6 +33,9 @@ from rmsnorm_repro.runner.optim import build_optimizer
 from rmsnorm_repro.runner.setup import cpu_name, normalization, task_class
 from rmsnorm_repro.runner.step import train_step
 
+# runs that started before summaries recorded batches_per_epoch: 28,000 training pairs (1,000 held out)
+BATCHES_PER_EPOCH = {"rnnsearch": 438, "transformer": 199}
+BEGIN, END = "<!-- study table: scripts/small_study.py -->", "<!-- end of study table -->"
 # what tells two recipes apart (the rest is the scale's)
 RECIPE_KEYS = ("task.model", "train.batch_size", "train.batch_tokens", "optim.lr", "optim.schedule.warmup_steps",
                "data.vocab_size")
@@ -100,10 +103,15 @@ def main(argv: list[str] | None = None) -> int:
         other_min = max(0.0, run.summary["wall_s"] - own_steps * step_s) / 60
         minutes = lambda step: step * cpu[name] / 60  # noqa: E731
         total = minutes(own_steps) + other_min
-        per_epoch = (run.summary.get("data_info") or {}).get("batches_per_epoch")
+        # an evaluation's cost: the clock across an evaluated line minus its steps' median time
+        lines = run.points("loss", "wall_s")
+        evaluated = {step for step, _, _ in points}
+        eval_s = [wall - lines[i - 1][1] - (step - lines[i - 1][0]) * step_s
+                  for i, (step, wall, _) in enumerate(lines) if i and step in evaluated]
+        per_epoch = (run.summary.get("data_info") or {}).get("batches_per_epoch") or BATCHES_PER_EPOCH[run.task]
         beam = (run.summary.get("final") or {}).get("valid_beam_bleu")
         rows.append(f"| `{name}` | {run.task} | {run.norm} | {recipe(run.config)} | {own_steps} | "
-                    f"{own_steps / per_epoch:.1f} | {cpu[name]:.2f} | {total:.1f} | "
+                    f"{own_steps / per_epoch:.1f} | {cpu[name]:.2f} | {statistics.median(eval_s):.0f} | {total:.1f} | "
                     + ", ".join(f"{s:.0f}: {b:.1f}" for s, _, b in points) + f" | {beam:.2f} |")
         ax.plot([minutes(s) for s, _, _ in points], [b for _, _, b in points], marker="o",
                 color=NORM_COLORS.get(run.norm), linestyle="-" if run.task == "rnnsearch" else "--", label=name)
@@ -114,12 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     fig.tight_layout()
     png = args.out.with_suffix(".png")
     fig.savefig(png, dpi=110, metadata=PNG_METADATA)
-    table = ["| run | task | norm | recipe | steps | epochs | CPU s / step | CPU-min in all | dev BLEU (greedy) at step | "
-             "valid BLEU (beam 4) |", "|---|---|---|---|---:|---:|---:|---:|---|---:|", *rows]
-    atomic_write_text(args.out.with_suffix(".table.md"), "\n".join(table) + "\n")
+    table = ["| run | task | norm | recipe | steps | epochs | CPU s / step | s / evaluation | CPU-min in all | "
+             "dev BLEU (greedy) at step | valid BLEU (beam 4) |", "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|", *rows]
+    # the table goes between the page's markers (the page's text is written by hand)
+    page = args.out.read_text() if args.out.exists() else f"{BEGIN}\n{END}\n"
+    if BEGIN not in page or END not in page:
+        print(f"small_study: {args.out} has no {BEGIN} ... {END} markers for the table", file=sys.stderr)
+        return 1
+    head, rest = page.split(BEGIN, 1)
+    atomic_write_text(args.out, head + BEGIN + "\n" + "\n".join(table) + "\n" + END + rest.split(END, 1)[1])
     atomic_write_text(args.out.with_suffix(".json"), json.dumps({"cpu": cpu_name(), "cpu_s_per_step": cpu}, indent=1) + "\n")
     print("\n".join(table))
-    print(f"small_study: wrote {args.out.with_suffix('.table.md')}, {png} ({cpu_name()})")
+    print(f"small_study: wrote the table into {args.out}, {png} ({cpu_name()})")
     return 0
 
 

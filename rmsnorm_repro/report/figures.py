@@ -180,7 +180,9 @@ FIGURES: dict[str, tuple[str, Callable[[list[Group], Path], bool]]] = {
     "fig5": ("reader", _curves_figure("Figure 5: attentive reader validation error", [("error", "step", "valid error")])),
     "fig6": ("retrieval", _curves_figure("Figure 6: order embeddings validation R@K sum", [("rsum", "step", "valid R@K sum")])),
     "table9": ("convpool", _curves_figure("Table 9: ConvPool-CNN-C training error",
-                                          [("train_error", "step", "training error %"), ("error", "step", "test error %")])),
+                                          [("train_batch_error", "step", "training-batch error % (dropout on: the authors')"),
+                                           ("train_error", "step", "training error % (eval mode)"),
+                                           ("error", "step", "test error %")])),
 }
 
 
