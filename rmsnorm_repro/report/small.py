@@ -1,18 +1,21 @@
 """make small: the paper's translation claims on real language (Multi30k En-De), CPU tens of minutes.
 
     python -m rmsnorm_repro.report.small                          # train both sweeps, then write the report
-    python -m rmsnorm_repro.report.small --data-root DIR --seeds 1,2 --jobs 2
+    python -m rmsnorm_repro.report.small --data-root DIR --seeds 1,2,3 --jobs 2
     python -m rmsnorm_repro.report.small --report-only            # rewrite results/small/REPORT.md from the runs
 
 RNNSearch and the Transformer, each x {none, layernorm, rmsnorm, prmsnorm} x seeds, at scale=small
-(configs/task_scale/<task>/small.yaml: 20 minutes a run, training plus the final beam decode). One
+(configs/task_scale/<task>/small.yaml: a fixed number of steps, under 18 CPU-core-minutes a run with
+the final beam decode; docs/small_study.md). It prints its plan first (expected minutes from earlier
+runs' times), and after training times LayerNorm, RMSNorm and pRMSNorm side by side for the speed
+claims (<out>/speed.json) and runs sacreBLEU's paired bootstrap per seed (<out>/bootstrap.json). One
 multirun per task (Hydra composes a sweep over tasks with the default task first), runs under
 <out>/runs/<task>/<norm>-p<p>-s<seed>/, one log per sweep under <out>/runs/logs/; rerunning resumes.
 The data: a raw Multi30k folder (--data-root, train/val[/test_*].en/.de[.gz]) when it exists, else the
 hub copy (`make data-multi30k`). The report, in the mini report's form (demo.py, tables.py,
-figures.py, claims.py), gives BLEU (beam, sacreBLEU signature) on every split the runs scored, step
-time with intervals, valid-BLEU curves against steps and wall-clock, and the paper's translation
-claims checked on real language.
+figures.py, claims.py), gives BLEU (beam, sacreBLEU signature) on every split the runs scored, steps,
+epochs, minutes, dev-BLEU and training-loss curves, and the paper's translation claims checked on real
+language by the suite's one rule (claims.equivalence), then every run in one table.
 """
 from __future__ import annotations
 
@@ -49,9 +52,9 @@ PRIMARY = ("test_bleu", "test_2016_flickr_bleu", "test_2017_flickr_bleu", "valid
 DEFAULT_DATA_ROOT = Path("data") / "multi30k"
 REFERENCE_RUNS = ROOT / "results" / "small" / "runs"  # the committed report's run records
 log = logging.getLogger(__name__)
-# minutes a run takes in all (training, its evaluations, the final beam decode) until runs timed on this
-# machine say otherwise (run_seconds): the default recipes' measured time on a 2-core AMD EPYC, 2 jobs
-RUN_MINUTES = 17.0
+# minutes a run takes in all (training, its evaluations, the final beam decode) when no run has been timed
+# (run_seconds): the recipes' study on a 2-core Xeon (docs/small_study.md), about 15-17 CPU-minutes a run
+RUN_MINUTES = 16.0
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import yaml
 
 from rmsnorm_repro.report import aggregate, claims, demo, figures, tables
 from rmsnorm_repro.report.__main__ import main as report_main
-from runner_fixtures.fake_runs import ENV, write_fake_runs, write_run
+from runner_fixtures.fake_runs import write_fake_runs, write_run
 
 @pytest.fixture
 def fake_runs(tmp_path: Path) -> Path:
