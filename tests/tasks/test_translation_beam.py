@@ -11,7 +11,7 @@ from rmsnorm_repro.norms import build_normalization
 from rmsnorm_repro.tasks.translation.beam import beam_search, greedy, max_length
 from rmsnorm_repro.tasks.translation.bleu import corpus_bleu
 from rmsnorm_repro.tasks.translation.transformer import Transformer
-from rmsnorm_repro.tasks.translation.vocab import BOS, EOS
+from rmsnorm_repro.tasks.translation.vocab import BOS, EOS, PAD
 
 
 def test_bleu_equals_sacrebleu_on_the_same_strings():
@@ -129,3 +129,57 @@ def test_source_state_is_per_sentence_so_skipping_its_reorder_changes_nothing(ki
     monkeypatch.setattr(m, "source_state", (), raising=False)
     assert beam_search(m, src, mask, beam=5, max_len=20, length_penalty=0.6) == fast
     assert len({tuple(h) for h in fast}) > 1
+
+
+class FullRecompute(torch.nn.Module):
+    """Decoding as it was before any state was cached: every step runs the whole prefix through the model."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def encode(self, src, src_mask):
+        return {"src": src, "src_mask": src_mask}
+
+    def decode_step(self, state, prefix):
+        return torch.log_softmax(self.model(state["src"], state["src_mask"], prefix)[:, -1].float(), -1), state
+
+
+def reference_greedy(model, src, src_mask, max_len):
+    """Argmax decoding of the whole batch to the end (no sentence leaves it early)."""
+    prefix = torch.full((src.size(0), 1), BOS, dtype=torch.long)
+    for _ in range(max_len):
+        prefix = torch.cat([prefix, model.decode_step(model.encode(src, src_mask), prefix)[0].argmax(-1)[:, None]], 1)
+    return [row[: row.index(EOS)] if EOS in row else [t for t in row if t != PAD] for row in prefix[:, 1:].tolist()]
+
+
+def small_model(kind: str, vocab: int = 12):
+    from rmsnorm_repro.tasks.translation.rnnsearch import RNNSearch
+
+    torch.manual_seed(5)
+    norms = build_normalization("rmsnorm")
+    if kind == "transformer":
+        cfg = OmegaConf.create(dict(encoder_layers=2, decoder_layers=2, d_model=16, ffn_dim=32, heads=2, dropout=0.0,
+                                    pre_norm=False, share_embeddings=True, init_center=0.0))
+        return Transformer(cfg, vocab, 0, norms).eval()
+    cfg = dict(emb=8, hidden=12, dropout=0.0, tie_embeddings=False, init_std=0.5, init_center=0.0)
+    return RNNSearch(cfg, vocab, 0, norms).eval()
+
+
+@pytest.mark.parametrize("kind", ["transformer", "rnnsearch"])
+def test_decoding_with_cached_state_and_early_leavers_equals_full_recompute(kind):
+    """Greedy and beam search (cached encoder and decoder state, sentences leaving the batch once decided) give
+    token for token the hypotheses of recomputing the whole prefix every step with the whole batch to the end."""
+    m = small_model(kind)
+    torch.manual_seed(5)
+    src = torch.randint(4, 12, (9, 8))
+    mask = torch.arange(8)[None] < torch.tensor([8, 3, 5, 8, 1, 4, 6, 2, 7])[:, None]
+    fast = greedy(m, src, mask, 15)
+    assert fast == reference_greedy(FullRecompute(m), src, mask, 15)
+    assert len({len(h) for h in fast}) > 1  # sentences end at different steps: some leave the batch early
+    for k in (1, 3):
+        fast = beam_search(m, src, mask, beam=k, max_len=15, length_penalty=0.6)
+        assert fast == beam_search(FullRecompute(m), src, mask, beam=k, max_len=15, length_penalty=0.6)
+        # each sentence decoded alone: what its beam gives does not depend on when the others leave
+        assert fast == [beam_search(m, src[i:i + 1], mask[i:i + 1], k, 15, 0.6)[0] for i in range(9)]
+    assert fast != greedy(m, src, mask, 15) and len({len(h) for h in fast}) > 2

@@ -244,6 +244,7 @@ BAD = [
     ("transformer", "task.decode.batch_size=0", "task.decode.batch_size must be an integer >= 1"),
     ("transformer", "++task.decode.max_len=0", "task.decode.max_len must be an integer >= 1"),
     ("rnnsearch", "++task.decode.max_eval_len=0", "task.decode.max_eval_len must be an integer >= 1"),
+    ("transformer", "++task.decode.valid_loss_sentences=0", "task.decode.valid_loss_sentences must be an integer >= 1"),
     ("transformer", "task.label_smoothing=1.0", "task.label_smoothing must be a finite number in [0, 1)"),
     ("transformer", "task.max_len=0", "task.max_len must be an integer >= 1"),
     ("reader", "task.eval_batch_size=0", "task.eval_batch_size must be an integer >= 1"),
@@ -274,6 +275,20 @@ def test_bad_settings_are_refused_before_any_data_is_read(tmp_path, task_name, o
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
     key = override.lstrip("+").split("=")[0]
     assert str(err.value).endswith(f"got {OmegaConf.select(compose_cfg(tmp_path, task_name, override), key)!r}")
+
+
+def test_the_valid_loss_covers_the_first_valid_loss_sentences_or_all(tmp_path):
+    """task.decode.valid_loss_sentences (absent: the whole valid set, as before it existed) cuts the eval-step
+    loss to the first N valid sentences, the set the BLEU of decode.valid_sentences reads."""
+    from rmsnorm_repro.tasks.translation.data import subset
+
+    task = make_task(tmp_path, "rnnsearch")
+    model = task.build_model().eval()
+    whole = task.evaluate(model, "valid")["loss"]
+    assert whole == task.nll(model, task.data.valid)
+    OmegaConf.update(task.cfg, "task.decode.valid_loss_sentences", 10, force_add=True)
+    first = task.evaluate(model, "valid")["loss"]
+    assert first == task.nll(model, subset(task.data.valid, torch.arange(10).numpy())) != whole
 
 
 def test_good_settings_pass_the_check(tmp_path):

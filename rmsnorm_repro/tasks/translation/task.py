@@ -3,9 +3,11 @@
 Both share the data pipeline (data.py), the label-smoothed loss, decoding (beam.py) and BLEU
 (bleu.py); they differ in the model, the batching (sentences vs tokens) and the supported norms.
 evaluate("valid") -> {"bleu", "loss"}: BLEU with decode.valid_beam on the first
-decode.valid_sentences sentences (all when null), loss per target token on the whole split (the
-runner logs them as valid_bleu, valid_loss), on the dev split held out from train when
-data.dev_pairs is set, else on valid (data.py). evaluate("test") -> "<test>_bleu" and "<test>_sentences" per
+decode.valid_sentences sentences (all when null) and loss per target token on the first
+decode.valid_loss_sentences (absent or null: all; the runner logs them as valid_bleu, valid_loss), on
+the dev split held out from train when data.dev_pairs is set, else on valid (data.py). At the small
+recipes the whole-split loss costs more than the greedy decode (scripts/bench_eval.py).
+evaluate("test") -> "<test>_bleu" and "<test>_sentences" per
 configured test split (test14 and test17 for WMT14, test otherwise) with decode.beam, plus
 "valid_beam_bleu" on the whole valid set.
 provenance() gives summary.json the sacreBLEU signature and `data_info` (the data variant, e.g.
@@ -67,6 +69,7 @@ class TranslationTask(Task):
             check_int(cfg, f"task.decode.{key}", 1)
         check_int(cfg, "task.decode.valid_sentences", 1, optional=True)
         check_int(cfg, "task.maxibatch", 1, optional=True)
+        check_int(cfg, "task.decode.valid_loss_sentences", 1, optional=True)
         check_number(cfg, "task.decode.length_penalty", 0.0)
         check_number(cfg, "task.decode.max_len_a", 0.0)
         check_int(cfg, "task.decode.max_len_b", 0)
@@ -122,7 +125,10 @@ class TranslationTask(Task):
             if n is not None and n < len(src):
                 src, ref, enc = src[:n], ref[:n], subset(enc, np.arange(n))
             bleu, _ = corpus_bleu(self.translate(model, enc, int(dec.valid_beam)), ref)
-            return {"bleu": bleu, "loss": self.nll(model, self.data.dev)}
+            scored, m = self.data.dev, dec.get("valid_loss_sentences")
+            if m is not None and m < len(scored):
+                scored = subset(scored, np.arange(m))
+            return {"bleu": bleu, "loss": self.nll(model, scored)}
         if split == "test":
             self.translations = {"valid": self.translate(model, self.data.valid, int(dec.beam))}
             out = {"valid_beam_bleu": corpus_bleu(self.translations["valid"], self.data.valid_text[1])[0]}
