@@ -79,6 +79,12 @@ def cpu_seconds_a_step(configs: dict[str, dict], data_root: str, steps: int) -> 
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def _seconds(values: list[float]) -> str:
+    """The median, or "-" where the run's clock cannot separate an evaluation from its steps' noise."""
+    median = statistics.median(values) if values else -1.0
+    return f"{median:.0f}" if median > 0 else "-"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", type=Path, help="the study's run folders (any depth)")
@@ -111,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         per_epoch = (run.summary.get("data_info") or {}).get("batches_per_epoch") or BATCHES_PER_EPOCH[run.task]
         beam = (run.summary.get("final") or {}).get("valid_beam_bleu")
         rows.append(f"| `{name}` | {run.task} | {run.norm} | {recipe(run.config)} | {own_steps} | "
-                    f"{own_steps / per_epoch:.1f} | {cpu[name]:.2f} | {statistics.median(eval_s):.0f} | {total:.1f} | "
+                    f"{own_steps / per_epoch:.1f} | {cpu[name]:.2f} | {_seconds(eval_s)} | {total:.1f} | "
                     + ", ".join(f"{s:.0f}: {b:.1f}" for s, _, b in points) + f" | {beam:.2f} |")
         ax.plot([minutes(s) for s, _, _ in points], [b for _, _, b in points], marker="o",
                 color=NORM_COLORS.get(run.norm), linestyle="-" if run.task == "rnnsearch" else "--", label=name)
