@@ -67,7 +67,9 @@ def test_a_stopped_joblib_sweep_checkpoints_every_running_job_within_seconds(tmp
 
 @pytest.mark.slow
 def test_a_second_ctrl_c_is_one_line(tmp_path):
-    args = cli_args("task=tiny", "task.sleep_ms=500", "train.steps=1000", "train.log_every=1", f"paths.runs_dir={tmp_path}")
+    # a 3 s step: both Ctrl-Cs land within it even on a loaded machine (with 0.5 s steps, the first
+    # one's checkpoint could end the run before the second arrived)
+    args = cli_args("task=tiny", "task.sleep_ms=3000", "train.steps=1000", "train.log_every=1", f"paths.runs_dir={tmp_path}")
     proc = subprocess.Popen(args, env=cli_env(), cwd=REPO, stderr=subprocess.PIPE, text=True)
     _wait(lambda: any(p.stat().st_size > 0 for p in tmp_path.rglob("metrics.jsonl")), 120, proc)
     proc.send_signal(signal.SIGINT)
