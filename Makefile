@@ -6,7 +6,7 @@ SCALE ?= mini
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test test-fast demo table1 speed speed-gpu notebook data-wmt14 data-cifar10 data-multi30k
+.PHONY: install test test-fast demo table1 speed speed-gpu speed-floor notebook data-wmt14 data-cifar10 data-multi30k
 
 install: $(VENV)/.installed
 
@@ -98,6 +98,12 @@ speed: install
 # against torch and Liger/apex where installed, per-step Transformer and RNNSearch -> results/speed/gpu-*.md.
 speed-gpu: install
 	$(PY) -m rmsnorm_repro.bench --gpu
+
+# Each part of the small recipes' training step (GRU layer, conditional GRU decoder, Transformer blocks, whole
+# steps) beside its matrix products alone, at 1 and 2 threads: results/speed/floor-cpu.{md,json} (~10 min).
+# DATA_ROOT: a raw Multi30k folder for the whole steps' batches (as `make small`); synthetic data without one.
+speed-floor: install
+	$(PY) -m rmsnorm_repro.bench floor $(if $(wildcard $(DATA_ROOT)),--data-root $(DATA_ROOT))
 
 # notebooks/compare_runs.ipynb in JupyterLab (installed into .venv the first time: the `notebook` extra).
 # RMSNORM_RUNS_DIR=<dir> make notebook opens it on those runs.

@@ -2,6 +2,7 @@
        [--precision fp32|bf16]
        python -m rmsnorm_repro.bench --gpu            (make speed-gpu: the one-shot GPU check)
        python -m rmsnorm_repro.bench --profile task=<task> [scale=mini|paper]
+       python -m rmsnorm_repro.bench floor [--threads 1,2] [--rounds 5] [--data-root DIR]   (make speed-floor)
 
 Writes results/speed/{kernels,steps}-<device>[-bf16]-<allocator>.{json,md} (device: cpu, or cpu-<N>threads
 with --threads N > 1; -bf16: --precision bf16, autocast's mix: bf16 activations, float32 gains and
@@ -74,6 +75,11 @@ def _write(out: Path, stem: str, env: dict, rows: list[dict], table: str, notes:
 
 
 def main(argv: list[str] | None = None) -> int | None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["floor"]:  # the floor table (bench/floor.py): each part of a small step beside its GEMMs alone
+        from . import floor
+
+        return floor.main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m rmsnorm_repro.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--kernels", action="store_true", help="kernel table (norm implementations x shapes)")
     ap.add_argument("--steps", action="store_true", help="step table (task x norm at paper sizes)")

@@ -25,7 +25,6 @@ def batch(seed=1):
     src_mask = torch.arange(6)[None] < torch.tensor(src_len)[:, None]
     tgt = torch.randint(4, V, (3, 5), generator=g)
     tgt[:, 0] = BOS
-    tgt_mask = torch.arange(5)[None] < torch.tensor(tgt_len)[:, None]
     # padded slots hold real token ids, not PAD: only the masks may hide them
     return src, src_mask, tgt, src_len, tgt_len
 

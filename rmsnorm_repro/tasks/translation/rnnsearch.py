@@ -161,6 +161,12 @@ class RNNSearch(nn.Module):
         """Run the decoder over tgt_in: -> (states (B,T,H), contexts (B,T,2H), embeddings, [s_t])."""
         state = self.encode(src, src_mask)
         emb = self._shared_dropout(self.tgt_emb(tgt_in))
+        states, contexts, summed = self.decoder_states(state, emb)
+        return states, contexts, emb, summed
+
+    def decoder_states(self, state: dict[str, Tensor], emb: Tensor) -> tuple[Tensor, Tensor, list[Tensor]]:
+        """The conditional GRU over target embeddings emb (B, T, E) from an encoded state: -> (states
+        (B, T, H), contexts (B, T, 2H), [s_t]: GRU1's U h before its norms, for Table 5)."""
         drop1 = recurrent_dropout_mask(state["h"], self.dropout, self.training)
         drop2 = recurrent_dropout_mask(state["h"], self.dropout, self.training)
         a_gates, a_cand = self.gru1.input_part(emb.transpose(0, 1))  # hoisted over all T steps
@@ -171,7 +177,7 @@ class RNNSearch(nn.Module):
             states.append(h)
             contexts.append(c)
             summed.append(s)
-        return torch.stack(states, 1), torch.stack(contexts, 1), emb, summed
+        return torch.stack(states, 1), torch.stack(contexts, 1), summed
 
     # Protocol used by the task and beam search ----------------------------------------------------
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
