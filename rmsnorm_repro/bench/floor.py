@@ -222,11 +222,17 @@ def step_row(task: str, norm: str, overrides: list[str]) -> tuple[Row, object]:
 
 
 # Timing -------------------------------------------------------------------------------------------
-def _ms(call: Callable[[], None]) -> float:
+def _ms(call: Callable[[], None], clock: Callable[[], float]) -> float:
     call()  # settle: the allocator after the previous row's sizes
-    start = time.perf_counter()
+    start = clock()
     call()
-    return (time.perf_counter() - start) * 1e3
+    return (clock() - start) * 1e3
+
+
+def clock_for(threads: int) -> tuple[str, Callable[[], float]]:
+    """At 1 thread this thread's CPU time, which other processes on a shared machine do not inflate; with
+    more threads, wall time (the other threads' work is not this thread's CPU time)."""
+    return ("thread CPU", time.thread_time) if threads == 1 else ("wall", time.perf_counter)
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -267,18 +273,19 @@ def measure(rows: list[Row], threads: tuple[int, ...], rounds: int, log=print) -
     try:
         for n in threads:
             torch.set_num_threads(n)
+            clock_name, clock = clock_for(n)
             module_ms: dict[int, list[float]] = {i: [] for i in range(len(rows))}
             floor_ms: dict[int, list[float]] = {i: [] for i in range(len(rows))}
             for r in range(rounds):
                 for i, row in enumerate(rows):
-                    module_ms[i].append(_ms(row.call))
-                    floor_ms[i].append(_ms(row.floor))
+                    module_ms[i].append(_ms(row.call, clock))
+                    floor_ms[i].append(_ms(row.floor, clock))
                 log(f"  floor: {n} thread(s), round {r + 1}/{rounds} done")
             for i, row in enumerate(rows):
                 ratios = [m / f for m, f in zip(module_ms[i], floor_ms[i])]
                 flops = sum(g.flops for g in row.gemms)
                 result = {
-                    "part": row.part, "impl": row.impl, "norm": row.norm, "threads": n, "rounds": rounds,
+                    "part": row.part, "impl": row.impl, "norm": row.norm, "threads": n, "clock": clock_name, "rounds": rounds,
                     "module_ms": statistics.median(module_ms[i]), "module_iqr": _quartiles(module_ms[i])[::2],
                     "floor_ms": statistics.median(floor_ms[i]), "floor_iqr": _quartiles(floor_ms[i])[::2],
                     "ratio": statistics.median(ratios), "ratio_iqr": _quartiles(ratios)[::2],
@@ -328,14 +335,14 @@ def build_rows(norms: tuple[str, ...], overrides: dict[str, list[str]], steps: b
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| part | implementation | norm | threads | module ms [IQR] | GEMMs alone ms [IQR] | module / GEMMs [IQR] | "
+    lines = ["| part | implementation | norm | threads (clock) | module ms [IQR] | GEMMs alone ms [IQR] | module / GEMMs [IQR] | "
              "GEMMs | GFLOP | GEMM GFLOP/s | GEMM share of module (profiler) | largest other operators (share) |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         ops = "; ".join(f"{name} {share:.0%}" for name, share in r.get("top_other_ops", [])) or "-"
         share = f"{r['gemm_share']:.0%}" if "gemm_share" in r else "-"
         lines.append(
-            f"| {r['part']} | {r['impl']} | {r['norm']} | {r['threads']} | {r['module_ms']:.1f} [{r['module_iqr'][0]:.1f}-"
+            f"| {r['part']} | {r['impl']} | {r['norm']} | {r['threads']} ({r['clock']}) | {r['module_ms']:.1f} [{r['module_iqr'][0]:.1f}-"
             f"{r['module_iqr'][1]:.1f}] | {r['floor_ms']:.1f} [{r['floor_iqr'][0]:.1f}-{r['floor_iqr'][1]:.1f}] | "
             f"**{r['ratio']:.2f}** [{r['ratio_iqr'][0]:.2f}-{r['ratio_iqr'][1]:.2f}] | {r['gemms']} | {r['gflop']:.2f} | "
             f"{r['floor_gflops']:.0f} | {share} | {ops} |")
@@ -428,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
         "baddbmm; the fused attention kernel as its 2 forward and 4 backward batched products), replayed with their "
         "layouts into preallocated outputs: the time no implementation of the part can beat at torch's GEMM speed",
         f"{args.rounds} rounds per thread count, every row's module and then its floor in turn; medians over rounds, "
-        "[IQR]; module / GEMMs: median of the per-round ratios",
+        "[IQR]; module / GEMMs: median of the per-round ratios; times at 1 thread are the thread's CPU time (other "
+        "processes on a shared machine do not inflate it), with more threads wall time",
         "GEMM share and other operators: torch.profiler self CPU time over one call at 1 thread (the profiler's own "
         "cost inflates the many small operators, so these shares say where, not how much)",
         "torch rows compute the same part with torch's modules (nn.GRU: cuDNN-style GRU, no norm; nn.Transformer*Layer: "

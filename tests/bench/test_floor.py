@@ -85,7 +85,7 @@ def test_floor_command_at_tiny_sizes(tmp_path, capsys):
     for part in parts:
         assert by[(part, "layernorm")]["gflop"] == by[(part, "rmsnorm")]["gflop"]
     table = (tmp_path / "floor-cpu-tiny.md").read_text()
-    assert "| GRU encoder layer | suite NormGRU | rmsnorm | 1 |" in table and "RMSNorm / LayerNorm" in table
+    assert "| GRU encoder layer | suite NormGRU | rmsnorm | 1 (thread CPU) |" in table and "RMSNorm / LayerNorm" in table
 
 
 @pytest.mark.parametrize("args, says", [(["--rounds", "0"], "--rounds"), (["--threads", "x"], "--threads"),
