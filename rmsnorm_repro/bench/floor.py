@@ -171,7 +171,7 @@ def rnnsearch_parts(model, norm: str, batch: int, src_len: int, tgt_len: int) ->
     src_mask = torch.ones(batch, src_len, dtype=torch.bool)
     h0 = torch.randn(batch, H)
 
-    def decoder() -> Tensor:
+    def decoder() -> tuple[Tensor, Tensor]:
         state = {"ctx": ctx, "keys": model.attention.keys(ctx), "src_mask": src_mask, "h": h0}
         states, contexts, _ = model.decoder_states(state, emb)
         return states, contexts  # both feed the output layer
@@ -381,6 +381,13 @@ def shape_counts(gemms: list[Gemm]) -> list[dict]:
     return [{**asdict(g), "count": c} for g, c in Counter(gemms).items()]
 
 
+def shown_command(argv: list[str]) -> str:
+    """The command as the table states it: the data folder by its kind, never this machine's path to it."""
+    shown = [("<Multi30k>" if prev == "--data-root" else "--data-root=<Multi30k>" if a.startswith("--data-root=") else a)
+             for prev, a in zip([None, *argv], argv)]
+    return " ".join(["python -m rmsnorm_repro.bench floor", *shown])
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import os
@@ -425,9 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     results = measure(rows, threads, args.rounds)
     data = "Multi30k (8k joint BPE)" if args.data_root else "data=synthetic (the small recipes on generated sentences)"
     rnn_cfg, tf_cfg, batch, lengths = small_sizes(overrides)
-    env = {**_environment(args), "command": "python -m rmsnorm_repro.bench floor " + " ".join(
-        a for a in (argv if argv is not None else sys.argv[2:]) if not a.startswith("--data-root")) +
-        (" --data-root <Multi30k>" if args.data_root else "")}
+    env = {**_environment(args), "command": shown_command(argv if argv is not None else sys.argv[2:]),
+           "threads": args.threads}
     notes = [
         f"CPU: {cpu_name()}; fp32; torch {torch.__version__}; the tuned allocator; threads as in each row",
         f"parts at the small recipes' sizes: RNNSearch emb {rnn_cfg['emb']}, hidden {rnn_cfg['hidden']}, batch "

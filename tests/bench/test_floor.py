@@ -84,6 +84,7 @@ def test_floor_command_at_tiny_sizes(tmp_path, capsys):
     by = {(r["part"], r["norm"]): r for r in rows if r["impl"].startswith("suite")}
     for part in parts:
         assert by[(part, "layernorm")]["gflop"] == by[(part, "rmsnorm")]["gflop"]
+    assert data["env"]["threads"] == "1"
     table = (tmp_path / "floor-cpu-tiny.md").read_text()
     assert "| GRU encoder layer | suite NormGRU | rmsnorm | 1 (thread CPU) |" in table and "RMSNorm / LayerNorm" in table
 
@@ -95,3 +96,10 @@ def test_floor_command_bad_arguments_are_one_line(args, says, capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and says in err[0]
     assert not list(tmp_path.iterdir())
+
+
+
+def test_the_table_names_data_by_kind_not_by_path():
+    assert (floor.shown_command(["--rounds", "2", "--data-root", "/home/me/m30k", "--threads", "1"])
+            == "python -m rmsnorm_repro.bench floor --rounds 2 --data-root <Multi30k> --threads 1")
+    assert floor.shown_command(["--data-root=/home/me/m30k"]) == "python -m rmsnorm_repro.bench floor --data-root=<Multi30k>"
