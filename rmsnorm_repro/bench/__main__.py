@@ -19,25 +19,15 @@ alike and the output says which setting ran. `--allocator default` keeps glibc's
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from .. import allocator
 from ..runner.setup import cpu_name
-
-
-def _environment(args) -> dict:
-    return {
-        "torch": torch.__version__, "cpu": cpu_name(), "threads": torch.get_num_threads(),
-        "allocator": allocator.in_effect(), "flush_denormal": args.flush_denormal, "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES"),
-        "LD_PRELOAD": os.environ.get("LD_PRELOAD"), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "python -m rmsnorm_repro.bench " + " ".join(sys.argv[1:]),
-    }
+from .tables import environment, write_table
 
 
 def _bad_arguments(args) -> str | None:
@@ -57,21 +47,6 @@ def _bad_arguments(args) -> str | None:
         if unknown:
             return f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(known)}"
     return None
-
-
-def _write(out: Path, stem: str, env: dict, rows: list[dict], table: str, notes: list[str]) -> None:
-    if not rows:  # never replace a committed table with an empty one
-        raise SystemExit(f"error: nothing was measured for {stem}; {out / stem}.md and .json are left as they were")
-    out.mkdir(parents=True, exist_ok=True)
-    env = {**env, "load_avg": env.get("load_avg", os.getloadavg()[0])}  # others' processes share this machine
-    (out / f"{stem}.json").write_text(json.dumps({"env": env, "notes": notes, "rows": rows}, indent=1) + "\n")
-    header = [f"# {stem}", "", f"`{env['command']}`: {env['cpu']}, torch {env['torch']}, {env['threads']} thread(s), "
-              f"allocator {env['allocator']}, flush denormal {env['flush_denormal']}, {env['date']}"
-              + (f", load average {env['load_avg']:.1f} on {os.cpu_count()} cores when written" if "load_avg" in env else "")
-              + ".", ""]
-    (out / f"{stem}.md").write_text("\n".join(header + [f"- {n}" for n in notes] + ["", table, ""]))
-    print(table, flush=True)
-    print(f"wrote {out / stem}.json and .md", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int | None:
@@ -128,7 +103,7 @@ def main(argv: list[str] | None = None) -> int | None:
     device = "cpu" if args.threads == 1 else f"cpu-{args.threads}threads"  # file names: one table per setting
     device += "-bf16" if args.precision == "bf16" else ""
     do_kernels, do_steps = args.kernels or not args.steps, args.steps or not args.kernels
-    out, env = Path(args.out), _environment(args)
+    out, env = Path(args.out), environment(args)
 
     if do_kernels:
         # torch.compile's pool of compiler processes would otherwise stay behind and share the cores
@@ -150,7 +125,7 @@ def main(argv: list[str] | None = None) -> int | None:
                  f"medians of {args.rounds} round-robin rounds of ~{args.min_run_time * 1e3:.0f} ms blocks; ratios: medians "
                  "of each block over the torch layer_norm block timed just before it; CPU ms: thread CPU time"]
         table = kernels.markdown(rows) + "\n\nTargets (fwd+bwd):\n\n" + "\n".join(f"- {t}" for t in kernels.target_lines(rows))
-        _write(out, f"kernels-{device}-{args.allocator}", {**env, "copy_gb_s": copy}, rows, table, notes)
+        write_table(out, f"kernels-{device}-{args.allocator}", {**env, "copy_gb_s": copy}, rows, table, notes)
 
     if do_steps:
         from . import steps
@@ -173,7 +148,7 @@ def main(argv: list[str] | None = None) -> int | None:
         if missing:
             notes.append(f"tasks not available in this checkout: {', '.join(missing)}")
         table = steps.markdown(rows) + "\n\nTargets:\n\n" + "\n".join(f"- {t}" for t in steps.target_lines(rows))
-        _write(out, f"steps-{device}-{args.allocator}", env, rows, table, notes)
+        write_table(out, f"steps-{device}-{args.allocator}", env, rows, table, notes)
 
 
 def _module(args) -> None:
@@ -191,7 +166,7 @@ def _module(args) -> None:
     rows = module.run(rounds=args.rounds, min_run_time=args.min_run_time, compiled=not args.no_compile,
                       gru=not args.no_gru, gru_rounds=args.gru_rounds)
     load_end = os.getloadavg()[0]
-    env = {**_environment(args), "allocator": "default, then tuned (both phases in this process)"}
+    env = {**environment(args), "allocator": "default, then tuned (both phases in this process)"}
     g = module.GRU
     notes = [f"CPU: {cpu_name()}; fp32; each call as users make it: y = norm(x); y.backward(dy); gradients "
              "cleared (zero_grad(set_to_none=True)); every output and gradient is a fresh tensor",
@@ -214,7 +189,7 @@ def _module(args) -> None:
              f"machine load (1-minute load average) {load_start:.1f} at the start, {load_end:.1f} at the end, on "
              f"{os.cpu_count()} cores: other processes ran beside this one"]
     table = module.markdown(rows) + "\n\nTargets:\n\n" + "\n".join(f"- {t}" for t in module.target_lines(rows))
-    _write(Path(args.out), f"module-{device}", env, rows, table, notes)
+    write_table(Path(args.out), f"module-{device}", env, rows, table, notes)
 
 
 if __name__ == "__main__":

@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .. import allocator
     from ..runner.setup import cpu_name
-    from .__main__ import _environment, _write
+    from .tables import environment, write_table
 
     ap = argparse.ArgumentParser(prog="python -m rmsnorm_repro.bench floor", description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5, help="rounds per thread count (each times every row once)")
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     results = measure(rows, threads, args.rounds)
     data = "Multi30k (8k joint BPE)" if args.data_root else "data=synthetic (the small recipes on generated sentences)"
     rnn_cfg, tf_cfg, batch, lengths = small_sizes(overrides)
-    env = {**_environment(args), "command": shown_command(argv if argv is not None else sys.argv[2:]),
+    env = {**environment(args), "command": shown_command(argv if argv is not None else sys.argv[2:]),
            "threads": args.threads}
     notes = [
         f"CPU: {cpu_name()}; fp32; torch {torch.__version__}; the tuned allocator; threads as in each row",
@@ -456,5 +456,5 @@ def main(argv: list[str] | None = None) -> int:
     del runs
     gc.collect()
     stem = "floor-cpu" + ("-tiny" if args.tiny else "")
-    _write(Path(args.out), stem, env, results, table, notes)
+    write_table(Path(args.out), stem, env, results, table, notes)
     return 0

@@ -247,10 +247,10 @@ def test_bad_bench_arguments_are_one_line_exit_2_and_leave_the_tables_alone(tmp_
 
 
 def test_a_bench_that_measures_nothing_never_overwrites_a_table(tmp_path):
-    from rmsnorm_repro.bench import __main__ as bench
+    from rmsnorm_repro.bench.tables import write_table
 
     table = tmp_path / "steps-cpu-tuned.md"
     table.write_text("the committed table\n")
     with pytest.raises(SystemExit, match="nothing was measured.*left as they were"):
-        bench._write(tmp_path, "steps-cpu-tuned", {}, [], "", [])
+        write_table(tmp_path, "steps-cpu-tuned", {}, [], "", [])
     assert table.read_text() == "the committed table\n"
