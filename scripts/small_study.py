@@ -5,7 +5,7 @@ trained for a fixed number of steps; this script reads their records and times e
 step side by side in one process (one thread, the recipes in turn on their own batches), so that
 "BLEU per CPU-minute" compares recipes on the same footing whatever ran beside each run.
 
-    python scripts/small_study.py results/small/study --data-root ../shared/data/multi30k \\
+    python scripts/small_study.py results/small/study --data-root <raw Multi30k folder> \\
         --out docs/small_study.md     # the table into the page, docs/small_study.png, the timings (.json)
 
 CPU-minutes of a run = its steps x the recipe's median CPU seconds a step (thread CPU time, measured

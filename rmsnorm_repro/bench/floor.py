@@ -22,7 +22,6 @@ between the part and its floor.
 """
 from __future__ import annotations
 
-import gc
 import re
 import statistics
 import time
@@ -211,7 +210,8 @@ def torch_parts(rnn_cfg: dict, tf_cfg: dict, batch: dict, lengths: dict) -> list
 
 
 def step_row(task: str, norm: str, overrides: list[str]) -> tuple[Row, object]:
-    """A whole training step of the small recipe on one fixed batch (runner.step.train_step)."""
+    """A whole training step of the small recipe on one fixed batch (runner.step.train_step); and its
+    StepRun, whose model the parts' rows time."""
     from ..runner.step import train_step
     from .steps import StepRun
 
@@ -321,21 +321,21 @@ def small_sizes(overrides: dict[str, list[str]]) -> tuple[dict, dict, dict, dict
             batch, {"rnnsearch": length, "transformer": length})
 
 
-def build_rows(norms: tuple[str, ...], overrides: dict[str, list[str]], steps: bool = True) -> tuple[list[Row], list[object]]:
+def build_rows(norms: tuple[str, ...], overrides: dict[str, list[str]], sizes: tuple[dict, dict, dict, dict],
+               steps: bool = True) -> list[Row]:
     """Every row: the parts of both models under each norm, torch's modules, the whole steps (overrides:
-    per task, on top of scale=small). Returns the rows and the runs they hold (kept alive while timing)."""
-    rnn_cfg, tf_cfg, batch, lengths = small_sizes(overrides)
-    rows, runs = [], []
+    per task, on top of scale=small; sizes: small_sizes(overrides))."""
+    rnn_cfg, tf_cfg, batch, lengths = sizes
+    rows = []
     for task, parts_of in (("rnnsearch", rnnsearch_parts), ("transformer", transformer_parts)):
         for norm in norms:
             row, run = step_row(task, norm, overrides[task])
-            runs.append(run)
             rows += parts_of(run.model, norm, batch[task], lengths[task], lengths[task])
             if steps:
                 rows.append(row)
     rows += torch_parts(rnn_cfg, tf_cfg, batch, lengths)
     order = list(dict.fromkeys(r.part for r in rows))  # each part's rows together, in the order first seen
-    return sorted(rows, key=lambda r: order.index(r.part)), runs
+    return sorted(rows, key=lambda r: order.index(r.part))
 
 
 def markdown(rows: list[dict]) -> str:
@@ -424,14 +424,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     allocator.apply("tuned")
     torch.set_flush_denormal(args.flush_denormal)
-    data = ["data=multi30k", f"data.root={Path(args.data_root).resolve()}"] if args.data_root else ["data=synthetic"]
-    overrides = {task: data + (TINY[task] if args.tiny else []) for task in TINY}
+    data_overrides = ["data=multi30k", f"data.root={Path(args.data_root).resolve()}"] if args.data_root else ["data=synthetic"]
+    overrides = {task: data_overrides + (TINY[task] if args.tiny else []) for task in TINY}
     torch.manual_seed(0)
-    rows, runs = build_rows(norms, overrides, steps=not args.no_steps)
+    sizes = small_sizes(overrides)
+    rows = build_rows(norms, overrides, sizes, steps=not args.no_steps)
     print(f"floor table: {len(rows)} rows, threads {threads}, {args.rounds} rounds, {cpu_name()}", flush=True)
     results = measure(rows, threads, args.rounds)
     data = "Multi30k (8k joint BPE)" if args.data_root else "data=synthetic (the small recipes on generated sentences)"
-    rnn_cfg, tf_cfg, batch, lengths = small_sizes(overrides)
+    rnn_cfg, tf_cfg, batch, lengths = sizes
     env = {**environment(args), "command": shown_command(argv if argv is not None else sys.argv[2:]),
            "threads": args.threads}
     notes = [
@@ -452,9 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch rows compute the same part with torch's modules (nn.GRU: cuDNN-style GRU, no norm; nn.Transformer*Layer: "
         "post-norm LayerNorm), at the same sizes; their floors are their own GEMMs",
     ]
-    table = markdown(results) + "\n\nGoals (1 thread):\n\n" + "\n".join(f"- {t}" for t in target_lines(results))
-    del runs
-    gc.collect()
+    table = markdown(results) + "\n\nGoals:\n\n" + "\n".join(f"- {t}" for t in target_lines(results))
     stem = "floor-cpu" + ("-tiny" if args.tiny else "")
     write_table(Path(args.out), stem, env, results, table, notes)
     return 0

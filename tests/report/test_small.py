@@ -2,8 +2,8 @@
 one line), Multi30k's raw layout is read with whichever test sets are there, a tiny run at scale=small goes
 through the real runner, and `make small`'s report is written from run directories.
 
-Everything runs on tiny files written here; the real Multi30k (/work/shared/data/multi30k or data/multi30k)
-is never needed.
+Everything runs on tiny files written here; the real Multi30k (data/multi30k, or any
+raw folder given as DATA_ROOT) is never needed.
 """
 from __future__ import annotations
 

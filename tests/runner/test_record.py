@@ -1,7 +1,7 @@
 """The run record (rmsnorm_repro/record.py) as the runner keeps it: what a resume may change, whose
 checkpoint it loads, an evaluation a signal cut short, and the summary's version.
 
-Each case failed before record.py existed (re-audit of f012167, ../shared/audits/reliability.md).
+Each case failed before record.py existed (the run-record cases listed in README, "Runs, resume and sweeps").
 """
 from __future__ import annotations
 
