@@ -1,11 +1,14 @@
 """Normalized recurrent layers shared by several tasks.
 
 gru.py: NormGRU (RNNSearch encoder and decoder cells, order-embedding text encoder) and the Nematus
-initialization; lstm.py: NormLSTM (attentive reader).
+initialization; lstm.py: NormLSTM (attentive reader); loop_linear.py: LoopLinear, a layer called at every
+step of a loop with its weight gradient computed once.
 """
 from .gru import NormGRU, NormGRUCell, init_matrix_, nematus_init_, nematus_matrix, recurrent_dropout_mask
+from .loop_linear import LoopLinear, call_layer
 from .lstm import NormLSTM
 
 __all__ = [
-    "NormGRU", "NormGRUCell", "NormLSTM", "init_matrix_", "nematus_init_", "nematus_matrix", "recurrent_dropout_mask",
+    "LoopLinear", "NormGRU", "NormGRUCell", "NormLSTM", "call_layer", "init_matrix_", "nematus_init_", "nematus_matrix",
+    "recurrent_dropout_mask",
 ]

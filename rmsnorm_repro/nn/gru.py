@@ -22,7 +22,8 @@ with dl4mt-tutorial").
 
 Speed (docs/performance.md): the input half (one GEMM for W_g and W_c together, plus N1 and N2) does not
 depend on h, so `NormGRU` computes it for all time steps at once over T*B rows and the loop only
-does one GEMM for U_g and U_c together, N3, N4 and the elementwise gates.
+does one GEMM for U_g and U_c together, N3, N4 and the elementwise gates; U's gradient is one GEMM over
+all steps after the loop (`LoopLinear`), not one per step added up.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from ..norms import Normalization, init_weight_
+from .loop_linear import LoopLinear
 
 
 # Initialization -----------------------------------------------------------------------------------
@@ -115,7 +117,10 @@ class NormGRUCell(nn.Module):
 
     def input_part(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """(..., I) -> normalized input summed inputs for the gates (..., 2H) and the candidate (..., H)."""
-        a = self.input_proj(x)
+        return self.norm_input(self.input_proj(x))
+
+    def norm_input(self, a: Tensor) -> tuple[Tensor, Tensor]:
+        """`input_part` given a = input_proj(x) (..., 3H), for a caller that projects x itself (LoopLinear)."""
         a_gates, a_cand = a.split([2 * self.hidden_size, self.hidden_size], dim=-1)
         return self.norm_input_gates(a_gates), self.norm_input_cand(a_cand)
 
@@ -197,8 +202,10 @@ class NormGRU(nn.Module):
         a_gates, a_cand = a_gates.unbind(0), a_cand.unbind(0)  # unbind, never [t] (docs/performance.md)
         drop = recurrent_dropout_mask(h, self.recurrent_dropout, self.training)
         outs: list[Tensor] = [h] * len(steps)
+        linear = LoopLinear(len(steps))  # U's gradient as one product over all steps
         for t in order:
-            h_new = cell.step(a_gates[t], a_cand[t], h, None if drop is None else h * drop)
+            linear.t = t
+            h_new = cell.combine(a_gates[t], a_cand[t], h, linear(cell.state_proj, h if drop is None else h * drop))
             h = h_new if full[t] else torch.where(steps[t], h_new, h)
             outs[t] = h
         return torch.stack(outs, dim=1), h

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from ..norms import Normalization, init_weight_
+from .loop_linear import LoopLinear
 
 INITS = ("xavier", "cooijmans")
 SQUARE_SCALE = 0.05  # Cooijmans' utils.ortho_weight(ndim, scale=0.05)
@@ -88,9 +89,11 @@ class LSTMDirection(nn.Module):
         c = x.new_zeros(x.shape[1], self.hidden_size)
         h = c if self.h0 is None else self.h0.expand_as(c)
         outputs = []
+        linear = LoopLinear(x.shape[0])  # hidden_proj's gradient as one product over all steps
         # unbind(0), not gx_all[t]: indexing makes every step's backward allocate a full (T, B, 4H) zero tensor.
         for t, (gx, m) in enumerate(zip(gx_all.unbind(0), mask.unsqueeze(-1).unbind(0))):
-            i, f, g, o = (gx + self.norm_h(self.hidden_proj(h), t)).chunk(4, dim=-1)
+            linear.t = t
+            i, f, g, o = (gx + self.norm_h(linear(self.hidden_proj, h), t)).chunk(4, dim=-1)
             c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h_new = torch.sigmoid(o) * torch.tanh(self.norm_c(c_new, t))
             c = torch.where(m, c_new, c)

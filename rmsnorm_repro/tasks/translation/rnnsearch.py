@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-from ...nn import NormGRU, NormGRUCell, nematus_init_, recurrent_dropout_mask
+from ...nn import LoopLinear, NormGRU, NormGRUCell, call_layer, nematus_init_, recurrent_dropout_mask
 from ...norms import Normalization
 
 SUPPORTED_NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm", "l2norm", "weightnorm")
@@ -69,9 +69,11 @@ class Attention(nn.Module):
     def keys(self, ctx: Tensor) -> Tensor:
         return self.ctx_proj(ctx)
 
-    def forward(self, h: Tensor, keys: Tensor, ctx: Tensor, src_mask: Tensor) -> Tensor:
-        """h (B, H), keys (B, S, A), ctx (B, S, 2H), src_mask (B, S) -> context vector (B, 2H)."""
-        e = self.score(torch.tanh(keys + self.state_proj(h).unsqueeze(1))).squeeze(-1)
+    def forward(self, h: Tensor, keys: Tensor, ctx: Tensor, src_mask: Tensor, linear=call_layer) -> Tensor:
+        """h (B, H), keys (B, S, A), ctx (B, S, 2H), src_mask (B, S) -> context vector (B, 2H).
+        linear(layer, x): how the state's projection is called (a LoopLinear inside the decoder's loop)."""
+        query = self.state_proj.norm(linear(self.state_proj.proj, h))
+        e = self.score(torch.tanh(keys + query.unsqueeze(1))).squeeze(-1)
         alpha = torch.softmax(e.masked_fill(~src_mask, float("-inf")), dim=-1)
         return torch.bmm(alpha.unsqueeze(1), ctx).squeeze(1)
 
@@ -147,14 +149,16 @@ class RNNSearch(nn.Module):
             h = torch.tanh(self.init_state(ctx.sum(1) / lengths))  # ctx is 0 at padding
             return {"ctx": ctx, "keys": self.attention.keys(ctx), "src_mask": src_mask, "h": h}
 
-    def _transition(self, state: dict[str, Tensor], a_gates: Tensor, a_cand: Tensor,
-                    drop1: Tensor | None = None, drop2: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """One conditional-GRU step from state["h"]; -> (h, context, s) with s = GRU1's U h (pre-norm)."""
+    def _transition(self, state: dict[str, Tensor], a_gates: Tensor, a_cand: Tensor, drop1: Tensor | None = None,
+                    drop2: Tensor | None = None, linear=call_layer) -> tuple[Tensor, Tensor, Tensor]:
+        """One conditional-GRU step from state["h"]; -> (h, context, s) with s = GRU1's U h (pre-norm).
+        linear(layer, x) calls the per-step projections (a LoopLinear in the teacher-forced loop)."""
         h = state["h"]
-        s = self.gru1.state_proj(h if drop1 is None else h * drop1)
+        s = linear(self.gru1.state_proj, h if drop1 is None else h * drop1)
         h1 = self.gru1.combine(a_gates, a_cand, h, s)
-        c = self.attention(h1, state["keys"], state["ctx"], state["src_mask"])
-        h2 = self.gru2.step(*self.gru2.input_part(c), h1, None if drop2 is None else h1 * drop2)
+        c = self.attention(h1, state["keys"], state["ctx"], state["src_mask"], linear)
+        a2_gates, a2_cand = self.gru2.norm_input(linear(self.gru2.input_proj, c))
+        h2 = self.gru2.combine(a2_gates, a2_cand, h1, linear(self.gru2.state_proj, h1 if drop2 is None else h1 * drop2))
         return h2, c, s
 
     def _teacher_forced(self, src, src_mask, tgt_in) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
@@ -171,8 +175,11 @@ class RNNSearch(nn.Module):
         drop2 = recurrent_dropout_mask(state["h"], self.dropout, self.training)
         a_gates, a_cand = self.gru1.input_part(emb.transpose(0, 1))  # hoisted over all T steps
         states, contexts, summed = [], [], []
-        for a_g, a_c in zip(a_gates.unbind(0), a_cand.unbind(0)):  # unbind, never [t]: docs/performance.md
-            h, c, s = self._transition(state, a_g, a_c, drop1, drop2)
+        linear = LoopLinear(emb.shape[1])  # each recurrent weight's gradient as one product over all steps
+        # unbind, never [t]: docs/performance.md
+        for t, (a_g, a_c) in enumerate(zip(a_gates.unbind(0), a_cand.unbind(0))):
+            linear.t = t
+            h, c, s = self._transition(state, a_g, a_c, drop1, drop2, linear)
             state = {**state, "h": h}
             states.append(h)
             contexts.append(c)
