@@ -48,11 +48,15 @@ class AdamEpsInside(torch.optim.Optimizer):
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], optim: DictConfig) -> torch.optim.Optimizer:
+    params = list(params)
     if optim.get("eps_inside"):
         return AdamEpsInside(params, lr=float(optim.lr), betas=tuple(float(b) for b in optim.betas), eps=float(optim.eps))
     cls = torch.optim.AdamW if optim.name == "adamw" else torch.optim.Adam
+    # torch's fused kernel where it has one: the same update within rounding, one pass per tensor (on a CPU
+    # core 2.9x faster than the default loop over the small RNNSearch's 14.6M parameters: docs/performance.md)
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
     return cls(params, lr=float(optim.lr), betas=tuple(float(b) for b in optim.betas),
-               eps=float(optim.eps), weight_decay=float(optim.weight_decay))
+               eps=float(optim.eps), weight_decay=float(optim.weight_decay), fused=fused or None)
 
 
 def lr_factor(schedule: DictConfig, total_steps: int) -> Callable[[int], float]:

@@ -302,6 +302,31 @@ def test_eps_inside_adam_is_salimans_update():
     assert abs(q[1].item() - inside[1]) > 1e-3
 
 
+@pytest.mark.parametrize("name, decay", [("adam", 0.0), ("adamw", 0.01)])
+def test_adam_is_torchs_fused_kernel_with_the_loops_update(name, decay):
+    """build_optimizer takes torch's fused Adam on CPU: after 20 steps the weights equal those of torch's
+    default per-tensor loop within fp32 rounding."""
+    from omegaconf import OmegaConf
+
+    optim = OmegaConf.create({"name": name, "lr": 1e-2, "betas": [0.9, 0.98], "eps": 1e-9, "weight_decay": decay})
+    torch.manual_seed(0)
+    start = [torch.randn(30, 20), torch.randn(20)]
+    fused_params = [torch.nn.Parameter(t.clone()) for t in start]
+    loop_params = [torch.nn.Parameter(t.clone()) for t in start]
+    fused = build_optimizer(fused_params, optim)
+    assert fused.param_groups[0]["fused"] is True
+    loop = (torch.optim.AdamW if name == "adamw" else torch.optim.Adam)(
+        loop_params, lr=1e-2, betas=(0.9, 0.98), eps=1e-9, weight_decay=decay, foreach=False)
+    for _ in range(20):
+        grads = [torch.randn_like(t) for t in start]
+        for params, opt in ((fused_params, fused), (loop_params, loop)):
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            opt.step()
+    for a, b in zip(fused_params, loop_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_cifar_paper_uses_eps_inside_adam_and_mini_keeps_torchs(compose):
     assert compose(["task=convpool", "scale=paper"]).optim.eps_inside is True
     assert compose(["task=convpool", "scale=mini"]).optim.eps_inside is False
