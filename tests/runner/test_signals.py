@@ -113,6 +113,7 @@ def test_a_job_stopped_on_its_own_ends_and_the_sweep_goes_on(tmp_path):
     holder = next(w for w in psutil.Process(proc.pid).children(recursive=True)
                   if any(f.path == str(lock) for f in w.open_files()))
     holder.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 128 + signal.SIGTERM  # the stopped job decides the exit code
+    code = proc.wait(timeout=120)
+    assert code == 128 + signal.SIGTERM, proc.stderr.read()[-3000:]  # the stopped job decides the exit code
     statuses = sorted(json.loads(p.read_text())["status"] for p in tmp_path.rglob("summary.json"))
     assert statuses == ["completed", "completed", "interrupted"]
