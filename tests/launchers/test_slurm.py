@@ -251,7 +251,9 @@ def test_scancel_leaves_an_interrupted_summary_and_a_checkpoint_and_ends_the_swe
 @pytest.mark.slurm
 @pytest.mark.timeout(240)
 def test_two_tasks_per_node_train_one_ddp_run_like_one_process_with_the_same_global_batch(partition, tmp_path, compose):
-    same = (*NO_RANDOMNESS, "train.steps=8", "train.log_every=1", "train.eval_every=4")
+    # a small lr: the conv kernels round differently for 16 and 32 images a call, and at the recipe's lr Adam's
+    # sign-like first updates (lr * g / |g|) and max-pool ties grow that rounding to 1e-4 of the loss in two steps
+    same = (*NO_RANDOMNESS, "optim.lr=3e-5", "train.steps=8", "train.log_every=1", "train.eval_every=4")
     out = finish(submit(partition, tmp_path / "slurm", "ddp", *same, "hydra.launcher.tasks_per_node=2",
                         "hydra.sweep.subdir=run"), 200)
     run_dir = tmp_path / "slurm" / SWEEP / "run"
