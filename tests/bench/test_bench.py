@@ -1,6 +1,7 @@
 """The speed benches that measure what users call: the module table (bench/module.py), the one-shot
 GPU check (bench/gpu.py, run here on CPU with the Triton kernel interpreted), the profile
-(bench/profile.py), the bindings script (scripts/bench_binding.py) and the beam script (scripts/bench_beam.py)."""
+(bench/profile.py), the bindings script (scripts/bench_binding.py), the beam script (scripts/bench_beam.py) and
+the versions script (scripts/bench_versions.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -16,6 +17,7 @@ import torch
 
 from rmsnorm_repro.bench import module
 from rmsnorm_repro.norms import formulas
+from runner_fixtures.helpers import write_multi30k
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -226,6 +228,24 @@ def test_beam_script_times_both_ways_and_checks_they_agree():
     assert out.returncode == 0, out.stderr[-2000:]
     for row in ("| transformer | left in place |", "| transformer | reordered every step |", "| rnnsearch | left in place |"):
         assert row in out.stdout
+
+
+# The versions script -----------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_versions_script_steps_two_trees_in_turn_on_the_same_batch(tmp_path):
+    root = write_multi30k(tmp_path / "multi30k", {"train": 120, "val": 8})
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_versions.py"), "--rev", "HEAD", "--data-root",
+                          str(root), "--rounds", "2", "--tasks", "rnnsearch", "data.vocab_size=60", "task.model.emb=16",
+                          "task.model.hidden=16", "train.batch_size=16", f"paths.cache_dir={tmp_path / 'cache'}"],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "| rnnsearch (task.model.emb 16, task.model.hidden 16, train.batch_size 16; " in out.stdout
+    head, this = [line for line in out.stdout.splitlines() if line.startswith("| rnnsearch | ")]
+    assert head.startswith("| rnnsearch | HEAD | ") and head.endswith(" | 1 |")
+    assert this.startswith("| rnnsearch | this checkout | ") and " [" in this.split("|")[-2]
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
+    assert str(tmp_path) not in worktrees and "/HEAD" not in worktrees, "the temporary worktree is removed"
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,8 +1,11 @@
-"""Compose configs like `python -m rmsnorm_repro.train` does, and run the CLI in a subprocess."""
+"""Compose configs like `python -m rmsnorm_repro.train` does, run the CLI in a subprocess, and write tiny data
+files in the real formats."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +54,22 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 def read_summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
+
+
+MULTI30K_NOUNS = [("man", "Mann"), ("dog", "Hund"), ("child", "Kind"), ("woman", "Frau"), ("bike", "Fahrrad"), ("ball", "Ball")]
+MULTI30K_VERBS = [("sees", "sieht"), ("has", "hat"), ("rides", "fährt"), ("holds", "hält")]
+
+
+def write_multi30k(root: Path, splits: dict[str, int], seed: int = 0) -> Path:
+    """Multi30k's raw layout: <split>.en.gz / <split>.de.gz, aligned captions of a tiny language."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for split, n in splits.items():
+        pairs = []
+        for _ in range(n):
+            a, v, b = rng.choice(MULTI30K_NOUNS), rng.choice(MULTI30K_VERBS), rng.choice(MULTI30K_NOUNS)
+            pairs.append((f"A {a[0]} {v[0]} a {b[0]} .", f"Ein {a[1]} {v[1]} ein {b[1]} ."))
+        for side, lang in enumerate(("en", "de")):
+            with gzip.open(root / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("".join(p[side] + "\n" for p in pairs))
+    return root
