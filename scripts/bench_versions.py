@@ -5,11 +5,12 @@
 
 The revision is checked out into a temporary git worktree. For each small recipe (RMSNorm unless --norm),
 one process per tree builds the model with that tree's code (scale=small, one thread) at this checkout's
-sizes (model and batch, passed to both; overrides after the options change them for both), on the same Multi30k batch (checked: both trees must draw the
-same sentences), and the two processes take training steps in turn (each tree's runner.step.train_step:
-zero_grad, loss, backward, clip, optimizer), so load from other processes hits both alike. Each step is
-timed as its process's thread CPU time; the table gives medians, target tokens per CPU-second and the
-median of the per-round speed-ups (old ms / new ms) with its interquartile range.
+sizes (model and batch, passed to both; key=value overrides change them for both) on the same Multi30k
+batch (checked: both trees must draw the same sentences), and the two processes take training steps in
+turn (each tree's runner.step.train_step: zero_grad, loss, backward, clip, optimizer), so load from other
+processes hits both alike. Each step is timed as its process's thread CPU time; the table gives medians,
+target tokens per CPU-second and the median of the per-round speed-ups (old ms / new ms) with its
+interquartile range. Revisions from f012167 on have the StepRun this relies on.
 """
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def main() -> None:
 
     data = ["data=multi30k", f"data.root={Path(args.data_root).resolve()}", *rest]
     with tempfile.TemporaryDirectory() as tmp:
-        old = Path(tmp) / args.rev
+        old = Path(tmp) / "old"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(old), args.rev], check=True)
         try:
             trees = {args.rev: old, "this checkout": ROOT}

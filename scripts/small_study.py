@@ -50,7 +50,7 @@ def recipe(config: dict) -> str:
             continue
         if key == "task.model":
             value = ", ".join(f"{k} {v}" for k, v in value.items() if k in ("emb", "hidden", "d_model", "ffn_dim",
-                                                                              "encoder_layers", "init_std"))
+                                                                              "encoder_layers", "init_std", "dropout"))
         parts.append(f"{key.split('.')[-1]} {value}" if key != "task.model" else str(value))
     return "; ".join(parts)
 
