@@ -285,11 +285,11 @@ def side_by_side_speedup(times_x: list[float], times_ln: list[float]) -> tuple[f
 
 
 def speed_claims(groups: list[Group], measured: dict[str, dict[str, list[float]]] | None = None,
-                 how: str = "") -> list[Claim]:
+                 how: dict[str, str] | None = None) -> list[Claim]:
     """RMSNorm (and pRMSNorm, where it ran) take less time per training step than LayerNorm, per task.
 
     Judged only from step times measured side by side in one process (`measured`: {task: {norm: ms}},
-    bench.steps.side_by_side, described by `how`): holds when the speed-up's 95% interval lies above 0,
+    bench.steps.side_by_side, described per task by `how`): holds when the speed-up's 95% interval lies above 0,
     does not hold below it, "cannot tell" when it holds 0. The runs' own step times are shown, never
     judged: runs train at different times, beside other jobs.
     """
@@ -315,7 +315,7 @@ def speed_claims(groups: list[Group], measured: dict[str, dict[str, list[float]]
             gain, lo, hi = side_by_side_speedup(times[name], times["layernorm"])
             verdict = UNSURE if lo <= 0 <= hi else HOLDS if lo > 0 else FAILS
             claims.append(Claim(claim, verdict, (
-                f"side by side{how}: speed-up (T_LN - T_X) / T_LN = {gain:.1%}, 95% interval [{lo:.1%}, {hi:.1%}] "
+                f"side by side{(how or {}).get(task, '')}: speed-up (T_LN - T_X) / T_LN = {gain:.1%}, 95% interval [{lo:.1%}, {hi:.1%}] "
                 f"over {len(times[name])} and {len(times['layernorm'])} steps" + ("; within noise" if verdict == UNSURE else "")
                 + f"; {shown}")))
     return claims
@@ -381,7 +381,7 @@ def init_centre_claim(groups: list[Group]) -> Claim:
 
 
 def all_claims(main_runs: list[Run], p_runs: list[Run], init_runs: list[Run],
-               measured: dict[str, dict[str, list[float]]] | None = None, how: str = "") -> list[Claim]:
+               measured: dict[str, dict[str, list[float]]] | None = None, how: dict[str, str] | None = None) -> list[Claim]:
     groups = group_runs(main_runs)
     return [
         *table1_claims(),

@@ -121,7 +121,8 @@ def save_timings(out: Path, timings: dict[str, tuple[int, float]]) -> None:
 
 def measure_speed(out: Path, tasks: list[str], scale: str, overrides: list[str], threads: int) -> None:
     """Step times of LayerNorm, RMSNorm and pRMSNorm measured side by side at the runs' sizes and thread
-    count (bench.steps.side_by_side) into <out>/speed.json: what the speed claims are judged on."""
+    count (bench.steps.side_by_side) into <out>/speed.json: what the speed claims are judged on. Other
+    tasks' earlier measurements stay, each with its own description."""
     import torch
 
     from ..bench import steps
@@ -136,16 +137,22 @@ def measure_speed(out: Path, tasks: list[str], scale: str, overrides: list[str],
         torch.set_num_threads(before)
     how = (f" (one process, {threads} thread(s), scale={scale} sizes and batches, the norms in turn on the same "
            f"batches, {rounds} rounds x {count} steps each; {cpu_name()}, {datetime.now(timezone.utc):%Y-%m-%d})")
-    atomic_write_text(out / "speed.json", json.dumps({"how": how, "times_ms": times}, indent=1) + "\n")
+    kept_times, kept_how = load_speed(out)
+    kept = {task: (t, kept_how.get(task, "")) for task, t in (kept_times or {}).items() if task not in times}
+    atomic_write_text(out / "speed.json", json.dumps({
+        "how": {**{task: h for task, (_, h) in kept.items()}, **{task: how for task in times}},
+        "times_ms": {**{task: t for task, (t, _) in kept.items()}, **times}}, indent=1) + "\n")
 
 
-def load_speed(out: Path) -> tuple[dict[str, dict[str, list[float]]] | None, str]:
-    """<out>/speed.json's step times and how they were measured; (None, "") when absent or unreadable."""
+def load_speed(out: Path) -> tuple[dict[str, dict[str, list[float]]] | None, dict[str, str]]:
+    """<out>/speed.json's step times and, per task, how they were measured; (None, {}) when absent or
+    unreadable. A file from before per-task descriptions (one for all) reads as that one for each."""
     try:
         data = json.loads((out / "speed.json").read_text())
-        return data["times_ms"], str(data["how"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None, ""
+        times, how = data["times_ms"], data["how"]
+        return times, {task: how for task in times} if isinstance(how, str) else {k: str(v) for k, v in how.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, {}
 
 
 def finished_at(runs: list[Run]) -> str:

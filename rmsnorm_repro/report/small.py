@@ -204,7 +204,7 @@ def runs_table(runs: list[Run]) -> list[str]:
 
 
 # The paper's translation claims on real language ---------------------------------------------------
-def small_claims(runs: list[Run], measured: dict | None = None, how: str = "",
+def small_claims(runs: list[Run], measured: dict | None = None, how: dict[str, str] | None = None,
                  bootstrap: dict[tuple[str, str], str] | None = None) -> list[Claim]:
     groups = group_runs(runs)
     claims = []

@@ -176,7 +176,7 @@ def test_speed_verdicts_come_from_steps_timed_side_by_side(tmp_path):
     measured = {"transformer": {"layernorm": [100.0, 101.0, 99.0, 100.5, 99.5, 100.2],
                                 "rmsnorm": [90.0, 91.0, 89.0, 90.5, 89.5, 90.2],      # 10% faster, clearly
                                 "prmsnorm": [99.0, 102.0, 98.0, 101.5, 100.0, 100.1]}}  # no difference
-    speed = {c.claim: c for c in claims.speed_claims(groups, measured, " (test)")}
+    speed = {c.claim: c for c in claims.speed_claims(groups, measured, {"transformer": " (test)"})}
     rms = speed["transformer: rmsnorm is faster per step than LayerNorm"]
     assert rms.verdict == claims.HOLDS and "side by side (test): speed-up (T_LN - T_X) / T_LN = 10.0%" in rms.numbers
     assert "over 6 and 6 steps" in rms.numbers

@@ -243,3 +243,19 @@ def test_a_sweep_over_tasks_at_scale_small_says_why_it_fails(monkeypatch):
 def test_small_report_without_runs_says_so(tmp_path, capsys):
     assert small.main(["--out", str(tmp_path / "none"), "--report-only"]) == 1
     assert "no runs under" in capsys.readouterr().err
+
+
+def test_timing_one_task_keeps_the_other_tasks_side_by_side_times(tmp_path, monkeypatch):
+    """`make small ARGS="--only transformer"` times the Transformer again; the RNNSearch's earlier side-by-side
+    times, and how they were measured, stay for its speed claims."""
+    from rmsnorm_repro.bench import steps
+    from rmsnorm_repro.report import demo
+
+    (tmp_path / "speed.json").write_text(json.dumps({"how": " (earlier)", "times_ms": {
+        "rnnsearch": {"layernorm": [2.0], "rmsnorm": [1.0]}, "transformer": {"layernorm": [9.0], "rmsnorm": [9.0]}}}))
+    assert demo.load_speed(tmp_path)[1] == {"rnnsearch": " (earlier)", "transformer": " (earlier)"}  # the old layout
+    monkeypatch.setattr(steps, "side_by_side", lambda tasks, *args: {t: {"layernorm": [4.0], "rmsnorm": [3.0]} for t in tasks})
+    demo.measure_speed(tmp_path, ["transformer"], "small", [], threads=1)
+    times, how = demo.load_speed(tmp_path)
+    assert times == {"rnnsearch": {"layernorm": [2.0], "rmsnorm": [1.0]}, "transformer": {"layernorm": [4.0], "rmsnorm": [3.0]}}
+    assert how["rnnsearch"] == " (earlier)" and how["transformer"].startswith(" (one process, 1 thread(s), scale=small")
