@@ -5,7 +5,7 @@
 
 The revision is checked out into a temporary git worktree. For each small recipe (RMSNorm unless --norm),
 one process per tree builds the model with that tree's code (scale=small, one thread) at this checkout's
-sizes (model and batch, passed to both; key=value overrides change them for both) on the same Multi30k
+sizes (model, dropout and batch, passed to both; key=value overrides change them for both) on the same Multi30k
 batch (checked: both trees must draw the same sentences), and the two processes take training steps in
 turn (each tree's runner.step.train_step: zero_grad, loss, backward, clip, optimizer), so load from other
 processes hits both alike. Each step is timed as its process's thread CPU time; the table gives medians,
@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SIZE_KEYS = {"rnnsearch": ("task.model.emb", "task.model.hidden", "train.batch_size"),
+# what sets a step's work: this checkout's values go to both trees
+SIZE_KEYS = {"rnnsearch": ("task.model.emb", "task.model.hidden", "task.model.dropout", "train.batch_size"),
              "transformer": ("task.model.encoder_layers", "task.model.decoder_layers", "task.model.d_model",
-                             "task.model.ffn_dim", "task.model.heads", "train.batch_tokens")}
+                             "task.model.ffn_dim", "task.model.heads", "task.model.dropout", "train.batch_tokens")}
 
 
 def child(task: str, norm: str, overrides: list[str]) -> None:

@@ -244,7 +244,7 @@ def test_versions_script_steps_two_trees_in_turn_on_the_same_batch(tmp_path):
                           "task.model.hidden=16", "train.batch_size=16", f"paths.cache_dir={tmp_path / 'cache'}"],
                          env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "| rnnsearch (task.model.emb 16, task.model.hidden 16, train.batch_size 16; " in out.stdout
+    assert "| rnnsearch (task.model.emb 16, task.model.hidden 16, task.model.dropout 0.2, train.batch_size 16; " in out.stdout
     head, this = [line for line in out.stdout.splitlines() if line.startswith("| rnnsearch | ")]
     assert head.startswith("| rnnsearch | HEAD | ") and head.endswith(" | 1 |")
     assert this.startswith("| rnnsearch | this checkout | ") and " [" in this.split("|")[-2]

@@ -278,6 +278,26 @@ def test_float32_parameters_beside_low_precision_x(ext, dtype):
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 
 
+def test_bfloat16_rows_compute_in_float32_and_round_like_torch(ext):
+    """The bf16 loads and stores (vectorized, branch-free) are torch's conversions: bf16 x in, the float32
+    kernel's result on the widened values, rounded to nearest even as torch casts; NaN stays NaN."""
+    x, w, _ = make((7, 300), bias=False)
+    x = x.detach().to(torch.bfloat16)
+    x[2, 5] = float("nan")
+    x[3] = torch.tensor([3.3895e38, -1.0e-40, 0.0] * 100).to(torch.bfloat16)  # near max, subnormal, zero
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    results = []
+    for xs, dys in ((x, dy), (x.float(), dy.float())):
+        xg, wg = xs.clone().requires_grad_(), w.detach().float().requires_grad_()
+        y = fn.rms_norm(xg, wg, None, 0.5, 1e-6, False, impl="fused")
+        results.append([y, *torch.autograd.grad(y, (xg, wg), dys)])
+    (y16, dx16, dw16), (y32, dx32, dw32) = results
+    for got, want in ((y16, y32.to(torch.bfloat16)), (dx16, dx32.to(torch.bfloat16))):
+        assert torch.equal(got.isnan(), want.isnan()) and got[2].isnan().all()  # (NaN payloads may differ)
+        assert torch.equal(got.nan_to_num().view(torch.int16), want.nan_to_num().view(torch.int16))  # bitwise
+    torch.testing.assert_close(dw16, dw32, rtol=0, atol=0, equal_nan=True)
+
+
 def test_module_under_autocast_returns_x_dtype_like_layer_norm(ext):
     torch.manual_seed(0)
     lin, norm = torch.nn.Linear(16, 32), RMSNorm(32, impl="auto")

@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -53,6 +54,34 @@ namespace {
 using at::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Element loads and stores in the accumulation type. For bfloat16 these are c10's conversions (widen by a
+// 16-bit shift; narrow rounding to nearest even, NaN to 0x7FC0) written branch-free: c10's narrowing
+// branches on NaN, which kept every loop storing bfloat16 scalar. Same bits, vectorized loops.
+template <typename acc_t, typename scalar_t>
+inline acc_t load(scalar_t v) {
+  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    const uint32_t bits = static_cast<uint32_t>(v.x) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return static_cast<acc_t>(f);
+  } else {
+    return static_cast<acc_t>(v);
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+inline scalar_t store(acc_t v) {
+  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    const float f = static_cast<float>(v);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    const uint16_t rounded = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+    return c10::BFloat16(f != f ? uint16_t{0x7FC0} : rounded, c10::BFloat16::from_bits());
+  } else {
+    return static_cast<scalar_t>(v);
+  }
+}
 
 // About 32K elements per task: enough work to amortize waking a thread, small enough to balance.
 constexpr int64_t kElementsPerTask = 32768;
@@ -126,7 +155,7 @@ inline void write_row(scalar_t* out, int64_t begin, int64_t end, Value value, bo
   }
 #endif
 #pragma omp simd
-  for (int64_t i = begin; i < end; ++i) out[i] = static_cast<scalar_t>(value(i));
+  for (int64_t i = begin; i < end; ++i) out[i] = store<scalar_t>(value(i));
 }
 
 // The distance between the starts of two consecutive rows (last-dimension vectors) of x, where all its
@@ -171,7 +200,7 @@ void forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, T
     for (int64_t row = begin; row < end; ++row) {
       const scalar_t* xr = X + row * xs;
       scalar_t* yr = Y + row * d;
-      const acc_t ms = row_sum<acc_t>(k, [&](int64_t i) { const acc_t v = static_cast<acc_t>(xr[i]); return v * v; }) / kk;
+      const acc_t ms = row_sum<acc_t>(k, [&](int64_t i) { const acc_t v = load<acc_t>(xr[i]); return v * v; }) / kk;
       acc_t s, c;
       if (eps_inside) {
         s = acc_t(1) / std::sqrt(ms + e);
@@ -185,13 +214,13 @@ void forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, T
       C[row] = c;
       // Four loops instead of branches inside one.
       if (W && B) {
-        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s * static_cast<acc_t>(W[i]) + static_cast<acc_t>(B[i]); }, stream);
+        write_row(yr, 0, d, [&](int64_t i) { return load<acc_t>(xr[i]) * s * load<acc_t>(W[i]) + load<acc_t>(B[i]); }, stream);
       } else if (W) {
-        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s * static_cast<acc_t>(W[i]); }, stream);
+        write_row(yr, 0, d, [&](int64_t i) { return load<acc_t>(xr[i]) * s * load<acc_t>(W[i]); }, stream);
       } else if (B) {
-        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s + static_cast<acc_t>(B[i]); }, stream);
+        write_row(yr, 0, d, [&](int64_t i) { return load<acc_t>(xr[i]) * s + load<acc_t>(B[i]); }, stream);
       } else {
-        write_row(yr, 0, d, [&](int64_t i) { return static_cast<acc_t>(xr[i]) * s; }, stream);
+        write_row(yr, 0, d, [&](int64_t i) { return load<acc_t>(xr[i]) * s; }, stream);
       }
     }
     stream_fence(stream);
@@ -228,30 +257,30 @@ void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight, co
         acc_t sum;
         if (W && dwp) {
           sum = row_sum<acc_t>(d, [&](int64_t i) {
-            const acc_t dyx = static_cast<acc_t>(dyr[i]) * static_cast<acc_t>(xr[i]);
+            const acc_t dyx = load<acc_t>(dyr[i]) * load<acc_t>(xr[i]);
             dwp[i] += dyx * s;
-            return static_cast<acc_t>(W[i]) * dyx;
+            return load<acc_t>(W[i]) * dyx;
           });
         } else if (W) {
           sum = row_sum<acc_t>(d, [&](int64_t i) {
-            return static_cast<acc_t>(W[i]) * static_cast<acc_t>(dyr[i]) * static_cast<acc_t>(xr[i]);
+            return load<acc_t>(W[i]) * load<acc_t>(dyr[i]) * load<acc_t>(xr[i]);
           });
         } else {
-          sum = row_sum<acc_t>(d, [&](int64_t i) { return static_cast<acc_t>(dyr[i]) * static_cast<acc_t>(xr[i]); });
+          sum = row_sum<acc_t>(d, [&](int64_t i) { return load<acc_t>(dyr[i]) * load<acc_t>(xr[i]); });
         }
         if (dbp) {
 #pragma omp simd
-          for (int64_t i = 0; i < d; ++i) dbp[i] += static_cast<acc_t>(dyr[i]);
+          for (int64_t i = 0; i < d; ++i) dbp[i] += load<acc_t>(dyr[i]);
         }
         if (!DX) continue;
         const acc_t cs = C[row] * sum;
         scalar_t* dxr = DX + row * d;
         if (W) {
-          write_row(dxr, 0, k, [&](int64_t i) { return s * static_cast<acc_t>(W[i]) * static_cast<acc_t>(dyr[i]) - cs * static_cast<acc_t>(xr[i]); }, stream);
-          write_row(dxr, k, d, [&](int64_t i) { return s * static_cast<acc_t>(W[i]) * static_cast<acc_t>(dyr[i]); }, stream);
+          write_row(dxr, 0, k, [&](int64_t i) { return s * load<acc_t>(W[i]) * load<acc_t>(dyr[i]) - cs * load<acc_t>(xr[i]); }, stream);
+          write_row(dxr, k, d, [&](int64_t i) { return s * load<acc_t>(W[i]) * load<acc_t>(dyr[i]); }, stream);
         } else {
-          write_row(dxr, 0, k, [&](int64_t i) { return s * static_cast<acc_t>(dyr[i]) - cs * static_cast<acc_t>(xr[i]); }, stream);
-          write_row(dxr, k, d, [&](int64_t i) { return s * static_cast<acc_t>(dyr[i]); }, stream);
+          write_row(dxr, 0, k, [&](int64_t i) { return s * load<acc_t>(dyr[i]) - cs * load<acc_t>(xr[i]); }, stream);
+          write_row(dxr, k, d, [&](int64_t i) { return s * load<acc_t>(dyr[i]); }, stream);
         }
       }
     }
