@@ -440,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         f"parts at the small recipes' sizes: RNNSearch emb {rnn_cfg['emb']}, hidden {rnn_cfg['hidden']}, batch "
         f"{batch['rnnsearch']} x {lengths['rnnsearch']} source and target tokens; Transformer d {tf_cfg['d_model']}, "
         f"ffn {tf_cfg['ffn_dim']}, {tf_cfg['heads']} heads, batch {batch['transformer']} x {lengths['transformer']} tokens "
-        f"(its {batch['transformer'] * lengths['transformer']}-token budget); training mode (dropout on)",
+        f"(its {batch['transformer'] * lengths['transformer']}-token budget); training mode, each recipe's dropout "
+        f"(RNNSearch {rnn_cfg['dropout']}, Transformer {tf_cfg['dropout']})",
         f"whole steps: zero_grad, loss, backward, clip, Adam on one fixed batch of {data}",
         "GEMMs alone: the products the module's forward and backward ran (recorded, not assumed: aten mm, addmm, bmm, "
         "baddbmm; the fused attention kernel as its 2 forward and 4 backward batched products), replayed with their "
