@@ -25,6 +25,7 @@ import torch
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
+from rmsnorm_repro import allocator
 from rmsnorm_repro.atomic import atomic_write_text
 from rmsnorm_repro.report.aggregate import load_runs
 from rmsnorm_repro.report.figures import NORM_COLORS, PNG_METADATA
@@ -58,6 +59,7 @@ def recipe(config: dict) -> str:
 def cpu_seconds_a_step(configs: dict[str, dict], data_root: str, steps: int) -> dict[str, float]:
     """Median thread-CPU seconds of one training step per recipe, the recipes in turn in this process."""
     torch.set_num_threads(1)
+    allocator.apply("tuned")  # as the runs (allocator=tuned): with glibc's defaults, page faults inflate every step
     built = {}
     for name, config in configs.items():
         cfg = OmegaConf.create(config)

@@ -85,7 +85,7 @@ def run_seconds(folder: Path) -> tuple[float, str]:
     """(seconds a run takes, where that comes from): the mean wall_s of the completed runs in folder (jobs
     of an earlier sweep on this setup), else of the committed report's runs (REFERENCE_RUNS, another
     machine: its CPU is named), else RUN_MINUTES."""
-    for where, label in ((folder, "earlier runs here"), (REFERENCE_RUNS / folder.name, "the committed report's runs")):
+    for where, label in ((folder, "earlier runs here"), (REFERENCE_RUNS / folder.name, "runs of the committed report")):
         runs = runs_of(where.parent, where.name) if where.is_dir() else []
         times = [run.summary["wall_s"] for run in runs
                  if run.status == "completed" and isinstance(run.summary.get("wall_s"), (int, float))]
@@ -282,6 +282,9 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              "of the seeds' means lies inside the margin, fails when it lies outside, and cannot tell otherwise (the "
              "mini report uses the same rule); speed claims are judged only from steps timed side by side in one "
              "process."]
+    if timings:  # a sweep that continued an earlier one trained only the runs it found missing
+        lines += ["", "Each task's last `make small` sweep (it trains only the runs not yet finished; each run's own "
+                  "minutes are in the tables below):"]
     lines += timings_table(timings)
 
     lines += ["", "## The paper's translation claims on Multi30k", "", *claims_markdown(small_claims(everything, measured, how, bootstrap), "on Multi30k")]
@@ -364,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{cpu_name()}; about {sum(expected.values()) / 60:.0f} minutes: {'; '.join(basis)}. Finished runs are "
               "not trained again: after a kill, rerun the same command", flush=True)
         with TimedBar(expected, "small") as bar:
-            for task in tasks:
+            for task in [task for task in tasks if expected[task]]:  # a finished sweep is not started again
                 log_path = args.out / "runs" / "logs" / f"{task}.log"
                 with bar.step(task):
                     code, seconds = run_logged(sweep_command(task, args.out / "runs", setup), log_path, setup.threads)

@@ -221,8 +221,16 @@ def guard_resume(plan: Plan) -> None:
     plan.reevaluate = bool(diff.eval_only or diff.selection)
     plan.reselect = bool(diff.selection)
     summary = read_summary(run_dir / "summary.json")
-    if (summary.get("status") == "completed" and not diff.budget and not plan.reevaluate
-            and plan.resume_from is not None):
+    status = summary.get("status")
+    if plan.resume_from is None and status in ("completed", "diverged"):
+        # a run record kept without its weights (results/small/runs commits them so): it stands as it is
+        needs_weights = diff.budget + diff.eval_only + diff.selection
+        if needs_weights:
+            raise ConfigError(f"{run_dir} holds {owner}, finished ({status}) at step {summary.get('steps')} but its "
+                              f"checkpoints are gone, so it cannot go on with {'; '.join(needs_weights)}: to train it "
+                              f"again, give it its own folder (hydra.run.dir=<new folder>); the record there is kept")
+        plan.finished = summary
+    elif status == "completed" and not diff.budget and not plan.reevaluate and plan.resume_from is not None:
         plan.finished = summary
 
 

@@ -77,3 +77,17 @@ def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path
     out = capsys.readouterr().out
     assert (f"about {30 + 4 * small.RUN_MINUTES:.0f} minutes: rnnsearch 10.0 min a run (mean of 2 earlier runs here, "
             "AMD EPYC), 6 to train") in out
+
+    # every run of rnnsearch finished (records kept without their weights, as results/small/runs): its sweep
+    # is not started at all, so nothing a sweep job could refuse or retrain (another precision) is asked of it
+    for norm in small.NORMS:
+        for seed in (1, 2):
+            run = tmp_path / "small" / "runs" / "rnnsearch" / f"{norm}-p1.0-s{seed}"
+            run.mkdir(exist_ok=True)
+            (run / "config.yaml").write_text(f"task: {{name: rnnsearch}}\nnorm: {{name: {norm}, p: 1.0}}\nseed: {seed}\n")
+            (run / "summary.json").write_text(json.dumps({"task": "rnnsearch", "norm": norm, "p": 1.0, "seed": seed,
+                                                          "status": "completed", "steps": 100, "final": {},
+                                                          "wall_s": 600.0}))
+    ran.clear()
+    assert small.main(args + ["--only", "rnnsearch"]) == 0
+    assert ran == [] and "every run under" in capsys.readouterr().out

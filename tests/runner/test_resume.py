@@ -58,6 +58,25 @@ def test_a_budget_stopped_run_is_finished_and_a_rerun_changes_nothing(tmp_path, 
     assert {p: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()} == files
 
 
+@pytest.mark.parametrize("status_args", [(), ("norm=none", "optim.lr=1e30")], ids=["completed", "diverged"])
+def test_a_finished_run_kept_without_its_checkpoints_is_not_trained_again(tmp_path, tiny_cfg, status_args):
+    # results/small/runs commits run records (config, summary, metrics) without weights: rerunning the
+    # command that made one must keep it, not train a fresh model over it
+    first = run(tiny_cfg(*status_args), tmp_path / "r")
+    for ckpt in (tmp_path / "r").glob("checkpoints/*"):
+        ckpt.unlink()
+    files = {p: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()}
+    assert run(tiny_cfg(*status_args), tmp_path / "r") == first
+    assert {p: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()} == files
+    # what would need its weights is one line, and the record stays
+    with pytest.raises(ConfigError, match=r"finished.*step \d+ but its checkpoints are gone.*train.steps: 40 -> 60.*"
+                                          r"hydra.run.dir=<new folder>.*kept$"):
+        run(tiny_cfg(*status_args, "train.steps=60"), tmp_path / "r")
+    with pytest.raises(ConfigError, match=r"checkpoints are gone.*train.select_metric"):
+        run(tiny_cfg(*status_args, "train.select_metric=loss"), tmp_path / "r")
+    assert {p: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()} == files
+
+
 def _hold(run_dir, started, release):
     from runner_fixtures.helpers import tiny as tiny_cfg
 
