@@ -67,6 +67,9 @@ def test_the_table_and_verdicts_match_values_computed_by_hand(sweep: Path, tmp_p
                       "ms/step", "minutes"]
     assert list(table) == [f"norm={n}" for n in NORMS]
     means = {}
+    # ms/step decimals follow the column's largest mean (a loaded machine can push a tiny step past 1 ms)
+    step_ms = max(statistics.fmean(x["s_per_1k_steps"] for x in summaries(sweep, norm)) for norm in NORMS)
+    step_digits = 1 if step_ms >= 100 else 2 if step_ms >= 1 else 4
     for norm in NORMS:
         s = summaries(sweep, norm)
         cells = [c.strip("*") for c in table[f"norm={norm}"]]
@@ -74,7 +77,7 @@ def test_the_table_and_verdicts_match_values_computed_by_hand(sweep: Path, tmp_p
         for i, key in enumerate(("error", "accuracy", "valid_error", "valid_accuracy"), start=2):
             assert cells[i] == cell([x["final"][key] for x in s], 4), (norm, key)
         assert cells[6] == cell([x["selected_step"] for x in s], 0) and cells[7] == "10 ± 0"
-        assert cells[8].startswith(cell([x["s_per_1k_steps"] for x in s], 4) + " [")
+        assert cells[8].startswith(cell([x["s_per_1k_steps"] for x in s], step_digits) + " [")
         assert cells[9] == cell([x["wall_s"] / 60 for x in s], 4)
         means[norm] = {key: statistics.fmean(x["final"][key] for x in s) for key in ("error", "accuracy")}
     # the best mean of a column is bold: the lower error, the higher accuracy
