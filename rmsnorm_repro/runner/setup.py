@@ -222,15 +222,15 @@ def guard_resume(plan: Plan) -> None:
     plan.reselect = bool(diff.selection)
     summary = read_summary(run_dir / "summary.json")
     status = summary.get("status")
+    needs_weights = diff.budget + diff.eval_only + diff.selection  # more steps, a new evaluation or selection
     if plan.resume_from is None and status in ("completed", "diverged"):
         # a run record kept without its weights (results/small/runs commits them so): it stands as it is
-        needs_weights = diff.budget + diff.eval_only + diff.selection
         if needs_weights:
             raise ConfigError(f"{run_dir} holds {owner}, finished ({status}) at step {summary.get('steps')} but its "
                               f"checkpoints are gone, so it cannot go on with {'; '.join(needs_weights)}: to train it "
                               f"again, give it its own folder (hydra.run.dir=<new folder>); the record there is kept")
         plan.finished = summary
-    elif status == "completed" and not diff.budget and not plan.reevaluate and plan.resume_from is not None:
+    elif status == "completed" and not needs_weights:  # with its checkpoints (the branch above: without)
         plan.finished = summary
 
 
