@@ -5,7 +5,9 @@ The decisions it backs (docs/performance.md, "The floor"):
   projection's weight gradient as one product over all steps; "off" calls the layer per step, so autograd
   adds one weight gradient per step.
 - fused Adam: build_optimizer takes torch's fused Adam kernel; "off" is torch's default per-tensor loop.
-Rerun it after changing either.
+- fused GRU cell: each GRU transition's state-side norms and gates as one C++ kernel forward and one
+  backward (nn/fused_gru.py); "off" runs them op by op (`NormGRUCell.fused = False`).
+Rerun it after changing any of them.
 
     OMP_NUM_THREADS=1 python scripts/bench_levers.py --data-root <Multi30k folder> [--rounds 15]
 
@@ -25,7 +27,7 @@ import torch
 
 from rmsnorm_repro import allocator
 from rmsnorm_repro.bench.floor import rnnsearch_parts, small_sizes, step_row
-from rmsnorm_repro.nn import LoopLinear
+from rmsnorm_repro.nn import LoopLinear, NormGRUCell
 from rmsnorm_repro.runner.setup import cpu_name
 
 LOOP_LINEAR_CALL = LoopLinear.__call__
@@ -33,6 +35,10 @@ LOOP_LINEAR_CALL = LoopLinear.__call__
 
 def loop_linear(on: bool) -> None:
     LoopLinear.__call__ = LOOP_LINEAR_CALL if on else (lambda self, layer, x: layer(x))
+
+
+def fused_cell(on: bool) -> None:
+    NormGRUCell.fused = on
 
 
 def adam_switch(run) -> Callable[[bool], None]:
@@ -62,27 +68,30 @@ def main() -> None:
     parts = {r.part: r.call for r in rnnsearch_parts(rnn.model, args.norm, batch["rnnsearch"], length, length)}
     rnn_adam, tf_adam = adam_switch(rnn), adam_switch(tf)
 
-    def both(on: bool) -> None:
+    def every(on: bool) -> None:
         loop_linear(on)
+        fused_cell(on)
         rnn_adam(on)
-    rows = [(part, "LoopLinear", call, loop_linear) for part, call in parts.items()] + [
+    rows = [(part, lever, call, switch) for part, call in parts.items()
+            for lever, switch in (("LoopLinear", loop_linear), ("fused GRU cell", fused_cell))] + [
         (rnn_step.part, "LoopLinear", rnn_step.call, loop_linear),
+        (rnn_step.part, "fused GRU cell", rnn_step.call, fused_cell),
         (rnn_step.part, "fused Adam", rnn_step.call, rnn_adam),
-        (rnn_step.part, "both", rnn_step.call, both),
+        (rnn_step.part, "all three", rnn_step.call, every),
         (tf_step.part, "fused Adam", tf_step.call, tf_adam),
     ]
     times: dict[tuple[int, bool], list[float]] = {(i, on): [] for i in range(len(rows)) for on in (True, False)}
     for r in range(args.rounds + 1):
         for i, (_, _, call, switch) in enumerate(rows):
             for on in (True, False):
-                both(True)
+                every(True)
                 tf_adam(True)
                 switch(on)
                 start = time.thread_time()
                 call()
                 if r:  # round 0 warms up
                     times[i, on].append((time.thread_time() - start) * 1e3)
-    both(True)
+    every(True)
     tf_adam(True)
     print(f"{cpu_name()}, torch {torch.__version__}, 1 thread, fp32, norm {args.norm}, {args.rounds} rounds "
           f"(thread CPU time); every other lever on\n")

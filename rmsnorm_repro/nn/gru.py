@@ -23,7 +23,9 @@ with dl4mt-tutorial").
 Speed (docs/performance.md): the input half (one GEMM for W_g and W_c together, plus N1 and N2) does not
 depend on h, so `NormGRU` computes it for all time steps at once over T*B rows and the loop only
 does one GEMM for U_g and U_c together, N3, N4 and the elementwise gates; U's gradient is one GEMM over
-all steps after the loop (`LoopLinear`), not one per step added up.
+all steps after the loop (`LoopLinear`), not one per step added up. On CPU, N3, N4 and the gates run as
+one C++ kernel forward and one backward (`fused_gru.py`), where the norms are none, RMSNorm, pRMSNorm or
+LayerNorm.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from ..norms import Normalization, init_weight_
+from . import fused_gru
 from .loop_linear import LoopLinear
 
 
@@ -94,6 +97,8 @@ class NormGRUCell(nn.Module):
     shape, so it can run over all time steps at once); `step(a_gates, a_cand, h)` -> h'.
     """
 
+    fused = True  # combine() through the one-kernel transition where it applies (fused_gru.py); False: op by op
+
     def __init__(self, input_size: int, hidden_size: int, norms: Normalization, bias_on: str = "input"):
         super().__init__()
         if bias_on not in ("input", "state"):
@@ -115,6 +120,11 @@ class NormGRUCell(nn.Module):
         init_matrix_(self.input_proj, std, center, blocks=3, dist=dist)
         init_matrix_(self.state_proj, std, center, blocks=3, dist=dist)
 
+    def prepare_kernel(self, device: torch.device | str) -> None:
+        """Build the fused transition's kernel now (30-60 s the first time on a machine), not at the first step."""
+        if self.fused and torch.device(device).type == "cpu":
+            fused_gru.load()
+
     def input_part(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """(..., I) -> normalized input summed inputs for the gates (..., 2H) and the candidate (..., H)."""
         return self.norm_input(self.input_proj(x))
@@ -133,6 +143,8 @@ class NormGRUCell(nn.Module):
 
         Split from `step` so that a model can record s (Table 5) without computing it twice.
         """
+        if self.fused and (h_new := fused_gru.combine(self, a_gates, a_cand, h, s)) is not None:
+            return h_new
         s_gates, s_cand = s.split([2 * self.hidden_size, self.hidden_size], dim=-1)
         r, z = torch.sigmoid(a_gates + self.norm_state_gates(s_gates)).chunk(2, dim=-1)
         n = torch.tanh(torch.addcmul(a_cand, r, self.norm_state_cand(s_cand)))

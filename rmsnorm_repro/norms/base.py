@@ -11,13 +11,28 @@ import the file in `norms/__init__.py`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, NamedTuple
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 REGISTRY: dict[str, type["Normalization"]] = {}
+
+
+class RowNorm(NamedTuple):
+    """A norm over the last dimension as a fused kernel computes it in its own loop (nn/gru_cell_cpu.cpp).
+
+    kind "rms": x / RMS(x[:k]) (eps outside the root, or inside with eps_inside); "layer": torch's layer_norm
+    (biased variance, eps inside); then * gain + bias where they are not None. A norm module offers it as
+    `row_norm()`; a module without one (or returning None) is not fused.
+    """
+    kind: str
+    k: int
+    eps: float
+    eps_inside: bool
+    gain: Tensor | None
+    bias: Tensor | None
 
 
 def register(*names: str) -> Callable[[type["Normalization"]], type["Normalization"]]:

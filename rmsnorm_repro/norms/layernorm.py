@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from . import formulas
-from .base import ChannelNorm, Normalization, register
+from .base import ChannelNorm, Normalization, RowNorm, register
 
 
 class LayerNorm(nn.Module):
@@ -22,6 +22,10 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return formulas.layer_norm(x, self.weight, self.bias, self.eps)
+
+    def row_norm(self) -> RowNorm:
+        """This norm for a kernel that computes it inside its own loop (the fused GRU cell)."""
+        return RowNorm("layer", self.dim, self.eps, False, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, bias={self.bias is not None}"

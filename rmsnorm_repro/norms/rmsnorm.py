@@ -5,7 +5,7 @@ import torch
 from torch import Tensor, nn
 
 from . import formulas, fused
-from .base import ChannelNorm, Normalization, register
+from .base import ChannelNorm, Normalization, RowNorm, register
 
 
 class RMSNorm(nn.Module):
@@ -60,6 +60,13 @@ class RMSNorm(nn.Module):
         if kernel is None or x.dtype is not self._kernel_dtype:
             kernel = self._choose_kernel(x)
         return kernel(x, params["weight"], params["bias"], self.k, self.eps, self.eps_inside)
+
+    def row_norm(self) -> RowNorm | None:
+        """This norm for a kernel that computes it inside its own loop (the fused GRU cell), or None
+        when norm.impl asks for the formulas op by op (reference, compile)."""
+        if self.impl not in ("auto", "fused"):
+            return None
+        return RowNorm("rms", self.k, self.eps, self.eps_inside, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, p={self.p}, k={self.k}, eps={self.eps}, eps_inside={self.eps_inside}, bias={self.bias is not None}, impl={self.impl}"

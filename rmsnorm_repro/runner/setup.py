@@ -126,6 +126,9 @@ def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
         raw_model = task.build_model().to(device)
     except (ValueError, FileNotFoundError) as e:  # tasks report bad input (a missing data file) this way
         raise ConfigError(str(e)) from e
+    for module in raw_model.modules():  # so are the kernels of its layers (the fused GRU cell's build)
+        if hasattr(module, "prepare_kernel"):
+            module.prepare_kernel(device)
     if world.rank > 0:
         # own dropout masks per rank; rank 0 keeps the one-process stream
         seed_everything(cfg.seed + 1_000_003 * world.rank)

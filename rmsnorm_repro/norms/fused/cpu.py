@@ -93,9 +93,8 @@ def last_level_cache_bytes() -> int | None:
     return caches[max(caches)] if caches else None
 
 
-def _fallback(reason: str) -> None:
-    warnings.warn(f"fused CPU RMSNorm unavailable: {reason}; using the reference implementation "
-                  "(install a C++ compiler and ninja, or set norm.impl=reference to silence this)", stacklevel=3)
+RMSNORM_FALLBACK = ("fused CPU RMSNorm unavailable: {reason}; using the reference implementation "
+                    "(install a C++ compiler and ninja, or set norm.impl=reference to silence this)")
 
 
 @lru_cache(maxsize=None)
@@ -109,11 +108,16 @@ def load():
     return module
 
 
-def build(name: str = "rmsnorm_repro_cpu", extra_cflags: tuple[str, ...] = ()):
-    """Build (once per build_key) and load the extension; None after one warning when it cannot be.
+def build(name: str = "rmsnorm_repro_cpu", extra_cflags: tuple[str, ...] = (), source: Path = SOURCE,
+          fallback: str = RMSNORM_FALLBACK):
+    """Build (once per build_key) and load the extension of `source`; None after one warning (`fallback`
+    with its {reason}) when it cannot be.
 
     extra_cflags: e.g. ("-DRMSNORM_TORCH_LIBRARY=...",) for scripts/bench_binding.py's variant.
     """
+    def _fallback(reason: str) -> None:
+        warnings.warn(fallback.format(reason=reason), stacklevel=3)
+
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
         _fallback(f"no C++ compiler found (CXX={compiler})")
@@ -134,24 +138,24 @@ def build(name: str = "rmsnorm_repro_cpu", extra_cflags: tuple[str, ...] = ()):
     except RuntimeError:
         _fallback("ninja is not installed")
         return None
-    log.info("loading the fused CPU RMSNorm kernel (the first use on a machine compiles it once, ~30-60 s)")
+    log.info("loading the fused CPU kernel %s (the first use on a machine compiles it once, ~30-60 s)", source.name)
     start = time.perf_counter()
     try:
-        full_name = f"{name}_{build_key(SOURCE, extra_cflags)}"
+        full_name = f"{name}_{build_key(source, extra_cflags)}"
         # $TORCH_EXTENSIONS_DIR or torch's default (~/.cache/torch_extensions/<python>_<accelerator>)
         directory = Path(cpp_extension._get_build_directory(full_name, verbose=False))
         # compile a copy kept in the build directory: build.ninja then names no checkout's path
-        source = directory / SOURCE.name
-        if not source.exists() or source.read_bytes() != SOURCE.read_bytes():
-            tmp = directory / f".{SOURCE.name}.{os.getpid()}"
-            shutil.copyfile(SOURCE, tmp)
-            os.replace(tmp, source)  # atomic: a concurrent build never reads half a file
+        copy = directory / source.name
+        if not copy.exists() or copy.read_bytes() != source.read_bytes():
+            tmp = directory / f".{source.name}.{os.getpid()}"
+            shutil.copyfile(source, tmp)
+            os.replace(tmp, copy)  # atomic: a concurrent build never reads half a file
         module = cpp_extension.load(
-            name=full_name, sources=[str(source)], build_directory=str(directory),
+            name=full_name, sources=[str(copy)], build_directory=str(directory),
             extra_cflags=[*_cflags(), *extra_cflags], extra_ldflags=["-fopenmp"], verbose=False,
         )
     except Exception as err:  # a compiler error, a missing header: whatever it is, fall back
-        _fallback(f"building {SOURCE.name} failed ({str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__})")
+        _fallback(f"building {source.name} failed ({str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__})")
         return None
-    log.info("fused CPU RMSNorm kernel ready in %.1f s (%s)", time.perf_counter() - start, module.__file__)
+    log.info("fused CPU kernel %s ready in %.1f s (%s)", source.name, time.perf_counter() - start, module.__file__)
     return module

@@ -1,0 +1,358 @@
+// Fused GRU transition for CPU (nn/gru.py, NormGRUCell.combine): given the normalized input parts
+// a_gates (B, 2H), a_cand (B, H), the state h (B, H) and its projection s = U h (B, 3H),
+//
+//   [s_r, s_z] = N3(s[:, :2H]),  s_c = N4(s[:, 2H:])
+//   r, z = sigmoid(a_r + s_r), sigmoid(a_z + s_z);  n = tanh(a_c + r * s_c);  h' = n + z * (h - n)
+//
+// in one pass over each row forward and one backward, instead of ~10 tensor operators and their autograd
+// nodes per time step (the gap between the recurrent layers and their matrix products: docs/performance.md).
+// N3, N4 are each identity, RMSNorm / pRMSNorm (either eps placement) or LayerNorm, with an optional gain
+// and bias: the same formulas as norms/fused/rmsnorm_cpu.cpp and torch's layer_norm (biased variance).
+// sigmoid and tanh call SLEEF (exported by libtorch_cpu, whose own kernels use it) on float32 vectors:
+// exp within 1 ulp, tanh within 3.5 (its 1-ulp version took 2.6x as long here); double (the tests'
+// reference dtype) uses the C library's.
+// Rows run in parallel (at::parallel_for); the gains' gradients come from per-chunk partial sums added at
+// the end, so the result does not depend on thread timing.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <vector>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+extern "C" {
+#if defined(__AVX512F__)
+__m512 Sleef_expf16_u10(__m512);
+__m512 Sleef_tanhf16_u35(__m512);
+#else
+__m256 Sleef_expf8_u10(__m256);
+__m256 Sleef_tanhf8_u35(__m256);
+#endif
+}
+#endif
+
+namespace {
+
+using at::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+enum Mode : int64_t { kIdentity = 0, kRms = 1, kLayer = 2 };
+
+// One state-side norm: its kind, statistic length k (pRMSNorm), eps and its placement, gain and bias.
+template <typename T>
+struct Norm {
+  int64_t mode, d, k;
+  T eps;
+  bool eps_inside;
+  const T* gain;  // never null: ones where the norm has no gain (has_gain false)
+  bool has_gain;
+  const T* bias;  // nullptr: none
+};
+
+// x[i] = sigmoid(x[i]) and x[i] = tanh(x[i]) for i in [0, n).
+template <typename T>
+void sigmoid_(T* x, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m512 one = _mm512_set1_ps(1.f), zero = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+      const __m512 e = Sleef_expf16_u10(_mm512_sub_ps(zero, _mm512_loadu_ps(x + i)));
+      _mm512_storeu_ps(x + i, _mm512_div_ps(one, _mm512_add_ps(one, e)));
+    }
+  }
+#elif defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256 one = _mm256_set1_ps(1.f), zero = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+      const __m256 e = Sleef_expf8_u10(_mm256_sub_ps(zero, _mm256_loadu_ps(x + i)));
+      _mm256_storeu_ps(x + i, _mm256_div_ps(one, _mm256_add_ps(one, e)));
+    }
+  }
+#endif
+  for (; i < n; ++i) x[i] = T(1) / (T(1) + std::exp(-x[i]));
+}
+
+template <typename T>
+void tanh_(T* x, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, Sleef_tanhf16_u35(_mm512_loadu_ps(x + i)));
+  }
+#elif defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, Sleef_tanhf8_u35(_mm256_loadu_ps(x + i)));
+  }
+#endif
+  for (; i < n; ++i) x[i] = std::tanh(x[i]);
+}
+
+template <typename T>
+T row_sum(const T* x, int64_t n) {
+  T total = 0;
+#pragma omp simd reduction(+ : total)
+  for (int64_t i = 0; i < n; ++i) total += x[i];
+  return total;
+}
+
+// y = N(x) over one row; stat[0], stat[1]: what the backward needs (RMS: the scale s and the coefficient c
+// of norms/fused/rmsnorm_cpu.cpp; LayerNorm: 1/sqrt(var + eps) and the mean).
+template <typename T>
+void norm_forward(const Norm<T>& nm, const T* x, T* y, T* stat) {
+  const int64_t d = nm.d;
+  T a = 1, c = 0;
+  if (nm.mode == kRms) {
+    T ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < nm.k; ++i) ss += x[i] * x[i];
+    const T ms = ss / T(nm.k);
+    if (nm.eps_inside) {
+      a = T(1) / std::sqrt(ms + nm.eps);
+      c = a * a * a / T(nm.k);
+    } else {
+      const T rms = std::sqrt(ms);
+      a = T(1) / (rms + nm.eps);
+      c = rms > 0 ? a * a / (T(nm.k) * rms) : T(0);
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) y[i] = x[i] * a;
+  } else if (nm.mode == kLayer) {
+    c = row_sum(x, d) / T(d);
+    T var = 0;
+#pragma omp simd reduction(+ : var)
+    for (int64_t i = 0; i < d; ++i) var += (x[i] - c) * (x[i] - c);
+    a = T(1) / std::sqrt(var / T(d) + nm.eps);
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) y[i] = (x[i] - c) * a;
+  } else {
+    std::copy(x, x + d, y);
+  }
+  if (nm.has_gain) {
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) y[i] *= nm.gain[i];
+  }
+  if (nm.bias) {
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) y[i] += nm.bias[i];
+  }
+  stat[0] = a;
+  stat[1] = c;
+}
+
+// dx = the gradient through N at x given dy (dx may be dy itself); dgain += dy * xhat, dbias += dy.
+template <typename T>
+void norm_backward(const Norm<T>& nm, const T* x, const T* stat, const T* dy, T* dx, T* dgain, T* dbias) {
+  const int64_t d = nm.d;
+  const T a = stat[0], c = stat[1];
+  const T* g = nm.gain;
+  if (dbias) {
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) dbias[i] += dy[i];
+  }
+  if (nm.mode == kRms) {
+    T sum = 0;  // sum(g * dy * x), over the whole row
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < d; ++i) sum += g[i] * dy[i] * x[i];
+    if (dgain) {
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) dgain[i] += dy[i] * x[i] * a;
+    }
+    const T cs = c * sum;
+#pragma omp simd
+    for (int64_t i = 0; i < nm.k; ++i) dx[i] = a * g[i] * dy[i] - cs * x[i];
+#pragma omp simd
+    for (int64_t i = nm.k; i < d; ++i) dx[i] = a * g[i] * dy[i];
+  } else if (nm.mode == kLayer) {
+    T m1 = 0, m2 = 0;  // mean(g * dy), mean(g * dy * xhat)
+#pragma omp simd reduction(+ : m1, m2)
+    for (int64_t i = 0; i < d; ++i) {
+      const T gy = g[i] * dy[i];
+      m1 += gy;
+      m2 += gy * (x[i] - c) * a;
+    }
+    m1 /= T(d);
+    m2 /= T(d);
+    if (dgain) {
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) dgain[i] += dy[i] * (x[i] - c) * a;
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) dx[i] = a * (g[i] * dy[i] - m1 - (x[i] - c) * a * m2);
+  } else {
+    if (dgain) {
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) dgain[i] += dy[i] * x[i];
+    }
+    if (dx != dy) std::copy(dy, dy + d, dx);
+  }
+}
+
+// One row forward: g = [r, z] (2H), nc = N4's output, n, the new state o, st = both norms' statistics.
+template <typename T>
+void forward_row(const Norm<T>& n3, const Norm<T>& n4, const T* ag, const T* ac, const T* h, const T* s, T* g, T* nc,
+                 T* n, T* o, T* st) {
+  const int64_t H = n4.d;
+  norm_forward(n3, s, g, st);
+  norm_forward(n4, s + 2 * H, nc, st + 2);
+#pragma omp simd
+  for (int64_t j = 0; j < 2 * H; ++j) g[j] += ag[j];
+  sigmoid_(g, 2 * H);
+#pragma omp simd
+  for (int64_t j = 0; j < H; ++j) n[j] = ac[j] + g[j] * nc[j];
+  tanh_(n, H);
+#pragma omp simd
+  for (int64_t j = 0; j < H; ++j) o[j] = n[j] + g[H + j] * (h[j] - n[j]);
+}
+
+// One row backward from dout: the gradients at a_gates, a_cand, h (through h' only) and s; the norms' gain
+// and bias gradients added into dg3, db3, dg4, db4 where not null.
+template <typename T>
+void backward_row(const Norm<T>& n3, const Norm<T>& n4, const T* dout, const T* h, const T* s, const T* g, const T* nc,
+                  const T* n, const T* st, T* dag, T* dac, T* dh, T* ds, T* dg3, T* db3, T* dg4, T* db4) {
+  const int64_t H = n4.d;
+#pragma omp simd
+  for (int64_t j = 0; j < H; ++j) {
+    const T r = g[j], z = g[H + j], dy = dout[j];
+    const T dpre_n = dy * (T(1) - z) * (T(1) - n[j] * n[j]);
+    dh[j] = dy * z;
+    dac[j] = dpre_n;
+    dag[j] = dpre_n * nc[j] * r * (T(1) - r);
+    dag[H + j] = dy * (h[j] - n[j]) * z * (T(1) - z);
+    ds[2 * H + j] = dpre_n * r;  // the gradient at N4's output, turned into N4's input's below
+  }
+  norm_backward(n4, s + 2 * H, st + 2, ds + 2 * H, ds + 2 * H, dg4, db4);
+  norm_backward(n3, s, st, dag, ds, dg3, db3);  // a_gates and N3's output get the same gradient
+}
+
+// The rows of a 2-D tensor lie at stride(0) with unit stride inside a row (a gate block sliced out of a
+// wider projection, one time step of a hoisted input part): used in place; anything else is copied.
+Tensor rows_of(const Tensor& x) { return x.dim() == 2 && x.stride(1) == 1 && x.stride(0) >= x.size(1) ? x : x.contiguous(); }
+
+struct Spec {
+  int64_t mode, k;
+  double eps;
+  bool eps_inside;
+};
+
+// ones: at least d ones, the gain of a norm without one (no branch in the loops).
+template <typename T>
+Norm<T> make_norm(const Spec& s, int64_t d, const Tensor& gain, const Tensor& bias, const Tensor& ones) {
+  return {s.mode, d, s.k, static_cast<T>(s.eps), s.eps_inside, (gain.defined() ? gain : ones).data_ptr<T>(),
+          gain.defined(), bias.defined() ? bias.data_ptr<T>() : nullptr};
+}
+
+int64_t chunks_for(int64_t rows, int64_t width) {
+  return std::max<int64_t>(1, std::min<int64_t>({at::get_num_threads(), rows, rows * width / 32768}));
+}
+
+struct GRUCombineFunction : public torch::autograd::Function<GRUCombineFunction> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& a_gates_in, const Tensor& a_cand_in, const Tensor& h_in,
+                        const Tensor& s_in, const std::optional<Tensor>& gain3, const std::optional<Tensor>& bias3,
+                        const std::optional<Tensor>& gain4, const std::optional<Tensor>& bias4, int64_t mode3, int64_t k3,
+                        double eps3, bool inside3, int64_t mode4, int64_t k4, double eps4, bool inside4) {
+    RECORD_FUNCTION("rmsnorm_repro::gru_combine", std::vector<c10::IValue>());
+    const Tensor a_gates = rows_of(a_gates_in), a_cand = rows_of(a_cand_in), h = rows_of(h_in), s = rows_of(s_in);
+    const int64_t B = h.size(0), H = h.size(1);
+    TORCH_CHECK(a_gates.sizes() == at::IntArrayRef({B, 2 * H}) && a_cand.sizes() == h.sizes() &&
+                s.sizes() == at::IntArrayRef({B, 3 * H}), "gru_combine: shapes must be a_gates (B, 2H), a_cand (B, H), "
+                "h (B, H), s (B, 3H); got ", a_gates.sizes(), a_cand.sizes(), h.sizes(), s.sizes());
+    const Tensor g3 = gain3.value_or(Tensor()), b3 = bias3.value_or(Tensor());
+    const Tensor g4 = gain4.value_or(Tensor()), b4 = bias4.value_or(Tensor());
+    auto opts = h.options();
+    Tensor out = at::empty({B, H}, opts), gates = at::empty({B, 2 * H}, opts), cand = at::empty({B, H}, opts);
+    Tensor n_out = at::empty({B, H}, opts), stats = at::empty({B, 4}, opts);
+    const Spec spec3{mode3, k3, eps3, inside3}, spec4{mode4, k4, eps4, inside4};
+    AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "gru_combine_forward", [&] {
+      using T = scalar_t;
+      const Tensor ones = at::ones({2 * H}, opts);
+      const Norm<T> n3 = make_norm<T>(spec3, 2 * H, g3, b3, ones), n4 = make_norm<T>(spec4, H, g4, b4, ones);
+      const T *AG = a_gates.data_ptr<T>(), *AC = a_cand.data_ptr<T>(), *Hp = h.data_ptr<T>(), *S = s.data_ptr<T>();
+      const int64_t ags = a_gates.stride(0), acs = a_cand.stride(0), hs = h.stride(0), ss = s.stride(0);
+      T *O = out.data_ptr<T>(), *G = gates.data_ptr<T>(), *NC = cand.data_ptr<T>(), *N = n_out.data_ptr<T>();
+      T* ST = stats.data_ptr<T>();
+      at::parallel_for(0, B, std::max<int64_t>(1, 32768 / (3 * H)), [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          forward_row(n3, n4, AG + b * ags, AC + b * acs, Hp + b * hs, S + b * ss, G + b * 2 * H, NC + b * H, N + b * H,
+                      O + b * H, ST + b * 4);
+        }
+      });
+    });
+    ctx->save_for_backward({h, s, g3, g4, gates, cand, n_out, stats});
+    ctx->saved_data["spec"] = std::vector<int64_t>{mode3, k3, inside3, mode4, k4, inside4};
+    ctx->saved_data["eps"] = std::vector<double>{eps3, eps4};
+    ctx->saved_data["bias"] = std::vector<bool>{b3.defined(), b4.defined()};
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    RECORD_FUNCTION("rmsnorm_repro::gru_combine_backward", std::vector<c10::IValue>());
+    TORCH_CHECK(!at::GradMode::is_enabled(), "the fused GRU cell is differentiable once (no create_graph / double "
+                "backward); set NormGRUCell.fused = False for higher-order gradients");
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &h = saved[0], &s = saved[1], &g3 = saved[2], &g4 = saved[3];
+    const Tensor &gates = saved[4], &cand = saved[5], &n_out = saved[6], &stats = saved[7];
+    const auto spec = ctx->saved_data["spec"].toIntVector();
+    const auto eps = ctx->saved_data["eps"].toDoubleVector();
+    const auto has_bias = ctx->saved_data["bias"].toBoolList();
+    const Spec spec3{spec[0], spec[1], eps[0], spec[2] != 0}, spec4{spec[3], spec[4], eps[1], spec[5] != 0};
+    const Tensor dout = grads[0].contiguous();
+    const int64_t B = h.size(0), H = h.size(1);
+    auto opts = h.options();
+    Tensor da_gates = at::empty({B, 2 * H}, opts), da_cand = at::empty({B, H}, opts), dh = at::empty({B, H}, opts);
+    Tensor ds = at::empty({B, 3 * H}, opts);
+    const int64_t chunks = chunks_for(B, 3 * H);
+    // per chunk: dgain3 (2H), dbias3 (2H), dgain4 (H), dbias4 (H)
+    Tensor partial = at::zeros({chunks, 6 * H}, opts);
+    AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "gru_combine_backward", [&] {
+      using T = scalar_t;
+      const Tensor ones = at::ones({2 * H}, opts);
+      const Norm<T> n3 = make_norm<T>(spec3, 2 * H, g3, Tensor(), ones), n4 = make_norm<T>(spec4, H, g4, Tensor(), ones);
+      const T *DO = dout.data_ptr<T>(), *Hp = h.data_ptr<T>(), *S = s.data_ptr<T>(), *G = gates.data_ptr<T>();
+      const T *NC = cand.data_ptr<T>(), *N = n_out.data_ptr<T>(), *ST = stats.data_ptr<T>();
+      const int64_t hs = h.stride(0), ss = s.stride(0);
+      T *DAG = da_gates.data_ptr<T>(), *DAC = da_cand.data_ptr<T>(), *DH = dh.data_ptr<T>(), *DS = ds.data_ptr<T>();
+      T* P = partial.data_ptr<T>();
+      const bool dg3 = g3.defined(), dg4 = g4.defined(), db3 = has_bias.get(0), db4 = has_bias.get(1);
+      at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
+        for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+          T* p = P + chunk * 6 * H;  // this chunk's partial sums
+          for (int64_t b = B * chunk / chunks; b < B * (chunk + 1) / chunks; ++b) {
+            backward_row(n3, n4, DO + b * H, Hp + b * hs, S + b * ss, G + b * 2 * H, NC + b * H, N + b * H, ST + b * 4,
+                         DAG + b * 2 * H, DAC + b * H, DH + b * H, DS + b * 3 * H, dg3 ? p : nullptr,
+                         db3 ? p + 2 * H : nullptr, dg4 ? p + 4 * H : nullptr, db4 ? p + 5 * H : nullptr);
+          }
+        }
+      });
+    });
+    const Tensor sums = chunks == 1 ? partial[0] : partial.sum(0);
+    auto part = [&](int64_t at, int64_t len, bool present) { return present ? sums.narrow(0, at, len).clone() : Tensor(); };
+    return {da_gates, da_cand, dh, ds,
+            part(0, 2 * H, g3.defined()), part(2 * H, 2 * H, has_bias.get(0)),
+            part(4 * H, H, g4.defined()), part(5 * H, H, has_bias.get(1)),
+            Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+Tensor gru_combine(const Tensor& a_gates, const Tensor& a_cand, const Tensor& h, const Tensor& s,
+                   const std::optional<Tensor>& gain3, const std::optional<Tensor>& bias3,
+                   const std::optional<Tensor>& gain4, const std::optional<Tensor>& bias4, int64_t mode3, int64_t k3,
+                   double eps3, bool inside3, int64_t mode4, int64_t k4, double eps4, bool inside4) {
+  return GRUCombineFunction::apply(a_gates, a_cand, h, s, gain3, bias3, gain4, bias4, mode3, k3, eps3, inside3, mode4, k4,
+                                   eps4, inside4);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("gru_combine", &gru_combine, "a GRU transition with its state-side norms, forward and backward fused",
+        py::arg("a_gates"), py::arg("a_cand"), py::arg("h"), py::arg("s"), py::arg("gain3"), py::arg("bias3"),
+        py::arg("gain4"), py::arg("bias4"), py::arg("mode3"), py::arg("k3"), py::arg("eps3"), py::arg("inside3"),
+        py::arg("mode4"), py::arg("k4"), py::arg("eps4"), py::arg("inside4"));
+}
