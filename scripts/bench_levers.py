@@ -7,6 +7,8 @@ The decisions it backs (docs/performance.md, "The floor"):
 - fused Adam: build_optimizer takes torch's fused Adam kernel; "off" is torch's default per-tensor loop.
 - fused GRU cell: each GRU transition's state-side norms and gates as one C++ kernel forward and one
   backward (nn/fused_gru.py); "off" runs them op by op (`NormGRUCell.fused = False`).
+- fused cross-entropy: the translation loss (log-softmax over the BPE vocabulary, label smoothing, NLL)
+  and its gradient as one C++ kernel (nn/cross_entropy.py); "off" is F.cross_entropy.
 Rerun it after changing any of them.
 
     OMP_NUM_THREADS=1 python scripts/bench_levers.py --data-root <Multi30k folder> [--rounds 15]
@@ -27,7 +29,7 @@ import torch
 
 from rmsnorm_repro import allocator
 from rmsnorm_repro.bench.floor import rnnsearch_parts, small_sizes, step_row
-from rmsnorm_repro.nn import LoopLinear, NormGRUCell
+from rmsnorm_repro.nn import LoopLinear, NormGRUCell, cross_entropy
 from rmsnorm_repro.runner.setup import cpu_name
 
 LOOP_LINEAR_CALL = LoopLinear.__call__
@@ -39,6 +41,10 @@ def loop_linear(on: bool) -> None:
 
 def fused_cell(on: bool) -> None:
     NormGRUCell.fused = on
+
+
+def fused_loss(on: bool) -> None:
+    cross_entropy.fused = on
 
 
 def adam_switch(run) -> Callable[[bool], None]:
@@ -71,13 +77,16 @@ def main() -> None:
     def every(on: bool) -> None:
         loop_linear(on)
         fused_cell(on)
+        fused_loss(on)
         rnn_adam(on)
     rows = [(part, lever, call, switch) for part, call in parts.items()
             for lever, switch in (("LoopLinear", loop_linear), ("fused GRU cell", fused_cell))] + [
         (rnn_step.part, "LoopLinear", rnn_step.call, loop_linear),
         (rnn_step.part, "fused GRU cell", rnn_step.call, fused_cell),
+        (rnn_step.part, "fused cross-entropy", rnn_step.call, fused_loss),
         (rnn_step.part, "fused Adam", rnn_step.call, rnn_adam),
-        (rnn_step.part, "all three", rnn_step.call, every),
+        (rnn_step.part, "all four", rnn_step.call, every),
+        (tf_step.part, "fused cross-entropy", tf_step.call, fused_loss),
         (tf_step.part, "fused Adam", tf_step.call, tf_adam),
     ]
     times: dict[tuple[int, bool], list[float]] = {(i, on): [] for i in range(len(rows)) for on in (True, False)}

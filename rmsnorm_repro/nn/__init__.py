@@ -2,7 +2,8 @@
 
 gru.py: NormGRU (RNNSearch encoder and decoder cells, order-embedding text encoder) and the Nematus
 initialization; lstm.py: NormLSTM (attentive reader); loop_linear.py: LoopLinear, a layer called at every
-step of a loop with its weight gradient computed once.
+step of a loop with its weight gradient computed once; fused_gru.py: a GRU transition as one C++ kernel on
+CPU; cross_entropy.py: the translation loss (label-smoothed cross-entropy) as one C++ kernel on CPU.
 """
 from .gru import NormGRU, NormGRUCell, init_matrix_, nematus_init_, nematus_matrix, recurrent_dropout_mask
 from .loop_linear import LoopLinear, call_layer
