@@ -1,4 +1,5 @@
-"""Builds the fused CPU kernel (rmsnorm_cpu.cpp) on first use and caches the build.
+"""Builds the fused CPU kernel (rmsnorm_cpu.cpp) on first use and caches the build; `build` does the same
+for the other C++ kernels (nn/gru_cell_cpu.cpp, nn/cross_entropy_cpu.cpp).
 
 torch.utils.cpp_extension.load compiles into $TORCH_EXTENSIONS_DIR (default
 ~/.cache/torch_extensions) once; later processes load the cached library in well under a second.
