@@ -126,7 +126,7 @@ def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
         raw_model = task.build_model().to(device)
     except (ValueError, FileNotFoundError) as e:  # tasks report bad input (a missing data file) this way
         raise ConfigError(str(e)) from e
-    for module in raw_model.modules():  # so are the kernels of its layers (the fused GRU cell's build)
+    for module in raw_model.modules():  # its layers' own kernels (the fused GRU cell) are built before the clock too
         if hasattr(module, "prepare_kernel"):
             module.prepare_kernel(device)
     if world.rank > 0:
