@@ -158,6 +158,7 @@ class TranslationTask(Task):
                 hyps[i] = h
         return self.vocab.decode(hyps)
 
+    @torch.no_grad()
     def nll(self, model: nn.Module, enc: Encoded) -> float:
         """Mean negative log-likelihood per target token (no label smoothing), teacher forced."""
         total, count = 0.0, 0
