@@ -1,5 +1,5 @@
-"""The GRU transition as one C++ kernel on CPU (gru_cell_cpu.cpp): built on first use like the fused
-RMSNorm (norms/fused/cpu.py), and the test of whether a call can take it.
+"""The GRU transition, and a whole direction of a GRU layer, as C++ kernels on CPU (gru_cell_cpu.cpp): built
+on first use like the fused RMSNorm (norms/fused/cpu.py), and the test of whether a call can take them.
 
 `combine(cell, a_gates, a_cand, h, s)` returns the cell's new state, or None where the kernel does not
 apply: not CPU, not float32/float64, inputs of mixed dtypes (autocast), inside torch.compile, a state-side
@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from ..norms.base import RowNorm
 from ..norms.fused import cpu
+from .loop_linear import hooked
 
 SOURCE = Path(__file__).with_name("gru_cell_cpu.cpp")
 FALLBACK = ("fused CPU GRU cell unavailable: {reason}; the GRU cells compute their transitions op by op "
@@ -39,18 +40,52 @@ def row_norm(module: nn.Module) -> RowNorm | None:
     return describe() if describe is not None else None
 
 
-def combine(cell: nn.Module, a_gates: Tensor, a_cand: Tensor, h: Tensor, s: Tensor) -> Tensor | None:
-    """NormGRUCell.combine in one kernel, or None where it does not apply (module docstring)."""
+def _kernel_and_norms(cell: nn.Module, *tensors: Tensor):
+    """(the extension, N3 and N4 as RowNorms) where the kernel computes this cell on these tensors, else None."""
+    h = tensors[0]
     if (h.device.type != "cpu" or h.dtype not in (torch.float32, torch.float64) or torch.compiler.is_compiling()
-            or not (a_gates.dtype is a_cand.dtype is s.dtype is h.dtype)):
+            or any(t.dtype is not h.dtype for t in tensors)):
         return None
     gates, cand = row_norm(cell.norm_state_gates), row_norm(cell.norm_state_cand)
     if gates is None or cand is None or any(p is not None and p.dtype is not h.dtype
                                             for p in (gates.gain, gates.bias, cand.gain, cand.bias)):
         return None
     kernel = load()
-    if kernel is None:
+    return None if kernel is None else (kernel, gates, cand)
+
+
+def _norm_args(gates: RowNorm, cand: RowNorm) -> tuple:
+    return (gates.gain, gates.bias, cand.gain, cand.bias, MODES[gates.kind], gates.k, gates.eps, gates.eps_inside,
+            MODES[cand.kind], cand.k, cand.eps, cand.eps_inside)
+
+
+def combine(cell: nn.Module, a_gates: Tensor, a_cand: Tensor, h: Tensor, s: Tensor) -> Tensor | None:
+    """NormGRUCell.combine in one kernel, or None where it does not apply (module docstring)."""
+    found = _kernel_and_norms(cell, h, a_gates, a_cand, s)
+    if found is None:
         return None
-    return kernel.gru_combine(a_gates, a_cand, h, s, gates.gain, gates.bias, cand.gain, cand.bias,
-                              MODES[gates.kind], gates.k, gates.eps, gates.eps_inside,
-                              MODES[cand.kind], cand.k, cand.eps, cand.eps_inside)
+    kernel, gates, cand = found
+    gain3, bias3, gain4, bias4, *spec = _norm_args(gates, cand)
+    return kernel.gru_combine(a_gates, a_cand, h, s, gain3, bias3, gain4, bias4, *spec)
+
+
+def sequence(cell: nn.Module, a_gates: Tensor, a_cand: Tensor, h0: Tensor, drop: Tensor | None,
+             mask: Tensor | None, reverse: bool) -> tuple[Tensor, Tensor] | None:
+    """One direction of NormGRU's loop in one kernel call: a_gates (T, B, 2H), a_cand (T, B, H) from
+    cell.input_part, h0 (B, H), drop (B, H) the recurrent dropout mask or None, mask (T, B) bool (False: a
+    padded step, which keeps the state) or None, reverse: run t = T-1 .. 0. -> (the state after each step
+    (T, B, H), the state after the last step in order (B, H)); None where the kernel does not apply (as
+    combine, and where the state projection is not a plain or weight-normalized nn.Linear, or is watched
+    by forward hooks, which see its calls only through layer(x))."""
+    layer = cell.state_proj
+    if not isinstance(layer, nn.Linear) or hooked(layer):
+        return None
+    weight, bias = layer.weight, layer.bias
+    found = _kernel_and_norms(cell, h0, a_gates, a_cand, weight, *(t for t in (bias, drop) if t is not None))
+    if found is None:
+        return None
+    kernel, gates, cand = found
+    gain3, bias3, gain4, bias4, *spec = _norm_args(gates, cand)
+    outs, last = kernel.gru_sequence(a_gates, a_cand, h0, weight, bias, gain3, bias3, gain4, bias4, drop, mask,
+                                     reverse, *spec)
+    return outs, last

@@ -25,7 +25,7 @@ depend on h, so `NormGRU` computes it for all time steps at once over T*B rows a
 does one GEMM for U_g and U_c together, N3, N4 and the elementwise gates; U's gradient is one GEMM over
 all steps after the loop (`LoopLinear`), not one per step added up. On CPU, N3, N4 and the gates run as
 one C++ kernel forward and one backward (`fused_gru.py`), where the norms are none, RMSNorm, pRMSNorm or
-LayerNorm.
+LayerNorm; `NormGRU` runs each direction's whole loop (products included) as one kernel there.
 """
 from __future__ import annotations
 
@@ -178,6 +178,8 @@ class NormGRU(nn.Module):
     recurrent_dropout applies one mask per sequence to h before the state projection (training only).
     """
 
+    fused_loop = True  # each direction's whole loop as one kernel where it applies (fused_gru.sequence); False: step by step
+
     def __init__(
         self, input_size: int, hidden_size: int, norms: Normalization,
         bidirectional: bool = False, recurrent_dropout: float = 0.0,
@@ -197,24 +199,31 @@ class NormGRU(nn.Module):
         if h0 is None:
             h0 = x.new_zeros(B, self.hidden_size * dirs)
         x_t = x.transpose(0, 1).contiguous()  # (T, B, I): each step's input rows are contiguous
-        steps = mask.t().unsqueeze(-1).unbind(0)  # T x (B, 1)
-        full = mask.all(0).tolist()  # steps with no padding skip the masking (one sync, not T)
+        mask_t = None if bool(mask.all()) else mask.t()  # (T, B); None: no padding, no masking
         outputs, lasts = [], []
         with parametrize.cached():  # weightnorm: compute each g * v / ||v|| once, not once per step
             for d, (cell, h) in enumerate(zip(self.cells, h0.chunk(dirs, dim=-1))):
-                order = range(T) if d == 0 else range(T - 1, -1, -1)
-                out, h = self._run(cell, x_t, steps, full, h, order)
+                out, h = self._run(cell, x_t, mask_t, h, reverse=d == 1)
                 outputs.append(out)
                 lasts.append(h)
         out = torch.cat(outputs, -1) if dirs > 1 else outputs[0]
         return out * mask.unsqueeze(-1).to(out.dtype), torch.cat(lasts, -1) if dirs > 1 else lasts[0]
 
-    def _run(self, cell: NormGRUCell, x_t: Tensor, steps, full, h: Tensor, order) -> tuple[Tensor, Tensor]:
+    def _run(self, cell: NormGRUCell, x_t: Tensor, mask_t: Tensor | None, h: Tensor,
+             reverse: bool) -> tuple[Tensor, Tensor]:
+        """One direction over x_t (T, B, I) from h (B, H): -> outputs (B, T, H), the last state (B, H)."""
         a_gates, a_cand = cell.input_part(x_t)  # hoisted: one GEMM + norms over T*B rows
-        a_gates, a_cand = a_gates.unbind(0), a_cand.unbind(0)  # unbind, never [t] (docs/performance.md)
         drop = recurrent_dropout_mask(h, self.recurrent_dropout, self.training)
-        outs: list[Tensor] = [h] * len(steps)
-        linear = LoopLinear(len(steps))  # U's gradient as one product over all steps
+        if cell.fused and self.fused_loop and (
+                done := fused_gru.sequence(cell, a_gates, a_cand, h, drop, mask_t, reverse)) is not None:
+            return done[0].transpose(0, 1), done[1]
+        T = x_t.shape[0]
+        order = range(T - 1, -1, -1) if reverse else range(T)
+        steps = [None] * T if mask_t is None else mask_t.unsqueeze(-1).unbind(0)  # T x (B, 1)
+        full = [True] * T if mask_t is None else mask_t.all(1).tolist()  # steps with no padding skip the masking
+        a_gates, a_cand = a_gates.unbind(0), a_cand.unbind(0)  # unbind, never [t] (docs/performance.md)
+        outs: list[Tensor] = [h] * T
+        linear = LoopLinear(T)  # U's gradient as one product over all steps
         for t in order:
             linear.t = t
             h_new = cell.combine(a_gates[t], a_cand[t], h, linear(cell.state_proj, h if drop is None else h * drop))

@@ -46,7 +46,7 @@ class _AllSteps(torch.autograd.Function):
         return g.t().mm(x.to(g.dtype)), (g.sum(0) if ctx.has_bias else None), None, None
 
 
-def _hooked(layer: nn.Module) -> bool:
+def hooked(layer: nn.Module) -> bool:
     """Forward hooks on the layer (or on every module) see its calls only through layer(x)."""
     hooks = nn.modules.module
     return bool(layer._forward_hooks or layer._forward_pre_hooks or hooks._global_forward_hooks
@@ -64,7 +64,7 @@ class LoopLinear:
 
     def __call__(self, layer: nn.Module, x: Tensor) -> Tensor:
         weight = layer.weight
-        if not (torch.is_grad_enabled() and weight.requires_grad) or torch.compiler.is_compiling() or _hooked(layer):
+        if not (torch.is_grad_enabled() and weight.requires_grad) or torch.compiler.is_compiling() or hooked(layer):
             return layer(x)
         if layer not in self._layers:
             inputs: list[Tensor | None] = [None] * self.steps

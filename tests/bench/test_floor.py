@@ -35,7 +35,7 @@ def test_gru_layer_products_are_the_formula(norm):
     forward = _flops(rec.gemms)
     gemms = floor.record(floor.fwd_bwd(gru, lambda: gru(x, mask)[0]))
     # backward: the input projection's input and weight gradients, each step's state gradient except the
-    # first step's (h0 = 0 needs none), and U's weight gradient as one product over all steps (LoopLinear)
+    # first step's (h0 = 0 needs none), and U's weight gradient as one product over all steps
     assert len(gemms) == 2 * ((1 + T) + (2 + (T - 1) + 1))
     assert _flops(gemms) == 3 * forward - 2 * (2 * B * H * 3 * H)
 

@@ -69,23 +69,85 @@ def test_fused_transition_equals_the_cell_op_by_op(name, options, dtype):
         torch.testing.assert_close(grads[key], ref_grads[key], **TOLERANCE[dtype], msg=key)
 
 
-@pytest.mark.parametrize("name", ["rmsnorm", "layernorm"])
-def test_fused_layer_over_padded_batches_equals_op_by_op(name):
+def _layer_run(layer, x, mask, loop, fused):
+    """Outputs and every gradient of a NormGRU layer, through the whole-loop kernel (loop), the per-step
+    fused transition (fused) or op by op; recurrent dropout draws the same mask each time."""
+    NormGRU.fused_loop, NormGRUCell.fused = loop, fused
+    layer.zero_grad()
+    h0 = torch.linspace(-1, 1, x.shape[0] * 2 * H, dtype=x.dtype).view(x.shape[0], 2 * H).requires_grad_()
+    x.grad = None
+    torch.manual_seed(5)
+    out, last = layer(x, mask, h0)
+    (out * torch.linspace(-1, 2, out.numel(), dtype=x.dtype).view_as(out)).sum().backward(retain_graph=True)
+    last.pow(2).sum().backward()
+    return out, [out, last, x.grad, h0.grad, *(p.grad for p in layer.parameters())]
+
+
+@pytest.fixture
+def layer_paths():
+    yield
+    NormGRU.fused_loop = NormGRUCell.fused = True
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name,options", NORMS)
+def test_fused_layer_over_padded_batches_equals_op_by_op(name, options, dtype, layer_paths):
+    """The whole-loop kernel, both directions, with padding (a padded step keeps the state) and recurrent
+    dropout, against the per-step fused transition and against the layer op by op."""
     torch.manual_seed(0)
-    layer = NormGRU(I, H, build_normalization(name), bidirectional=True).double()
-    x = torch.randn(B, 6, I, dtype=torch.float64, requires_grad=True)
+    layer = NormGRU(I, H, build_normalization(name, options), bidirectional=True, recurrent_dropout=0.3).to(dtype)
+    with torch.no_grad():
+        for p in layer.parameters():
+            if p.dim() == 1:
+                p.copy_(torch.rand_like(p) + 0.5)
+    x = torch.randn(B, 6, I, dtype=dtype, requires_grad=True)
     mask = torch.ones(B, 6, dtype=torch.bool)
     mask[1, 4:] = mask[3, 2:] = False
-    results = []
-    for fused in (True, False):
-        NormGRUCell.fused = fused
-        layer.zero_grad()
-        x.grad = None
-        out, last = layer(x, mask)
-        (out.sum() + last.pow(2).sum()).backward()
-        results.append([out, last, x.grad, *(p.grad for p in layer.parameters())])
-    for got, want in zip(*results):
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    out, got = _layer_run(layer, x, mask, loop=True, fused=True)
+    assert any("GRUSequence" in n.name() for n in _graph(out))  # the kernel ran
+    for loop, fused in ((False, True), (False, False)):
+        ref_out, want = _layer_run(layer, x, mask, loop, fused)
+        assert not any("GRUSequence" in n.name() for n in _graph(ref_out))
+        assert len(got) == len(want) and all(g is not None for g in got)
+        # sums over T x B rows in another order, through 6 steps of pRMSNorm's 2-feature statistic in float32:
+        # atol by each tensor's scale (float64 pins the formulas at 1e-12)
+        atol = {torch.float64: 1e-12, torch.float32: 1e-5}[dtype]
+        for i, (g, w) in enumerate(zip(got, want)):
+            torch.testing.assert_close(g, w, rtol=TOLERANCE[dtype]["rtol"], atol=atol * max(1.0, w.abs().max()),
+                                       msg=f"output/gradient {i}")
+
+
+def _graph(out):
+    """Every autograd node behind out."""
+    seen, todo = [], [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.append(node)
+            todo += [next_fn for next_fn, _ in node.next_functions]
+    return seen
+
+
+def test_the_layer_loop_without_padding_or_gradients_and_under_hooks(layer_paths):
+    """No padding (no mask handed over), evaluation without autograd, and a forward hook on a state
+    projection (which must see every step's call, so that direction runs step by step)."""
+    torch.manual_seed(0)
+    layer = NormGRU(I, H, build_normalization("rmsnorm"), bidirectional=True).double().eval()
+    x = torch.randn(B, 6, I, dtype=torch.float64)
+    full = torch.ones(B, 6, dtype=torch.bool)
+    with torch.no_grad():
+        got = layer(x, full)
+        NormGRU.fused_loop = False
+        want = layer(x, full)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+    calls = []
+    layer.cells[1].state_proj.register_forward_hook(lambda *_: calls.append(1))
+    assert fused_gru.sequence(layer.cells[1], *layer.cells[1].input_part(x.transpose(0, 1)), x.new_zeros(B, H),
+                              None, None, True) is None
+    NormGRU.fused_loop = True
+    layer(x, full)
+    assert len(calls) == 6
 
 
 def test_the_cell_falls_back_where_the_kernel_does_not_apply():
