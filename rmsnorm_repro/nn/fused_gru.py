@@ -20,6 +20,7 @@ from ..norms.fused import cpu
 from .loop_linear import hooked
 
 SOURCE = Path(__file__).with_name("gru_cell_cpu.cpp")
+ROWS = Path(__file__).with_name("gru_rows.h")  # the row arithmetic it shares with cgru_cpu.cpp
 FALLBACK = ("fused CPU GRU cell unavailable: {reason}; the GRU cells compute their transitions op by op "
             "(the same results, slower)")
 MODES = {"identity": 0, "rms": 1, "layer": 2}  # gru_cell_cpu.cpp's enum Mode
@@ -29,7 +30,7 @@ IDENTITY = RowNorm("identity", 1, 0.0, False, None, None)
 @lru_cache(maxsize=None)
 def load():
     """The compiled extension, or None (after one warning) where it cannot be built."""
-    return cpu.build("rmsnorm_repro_gru_cpu", source=SOURCE, fallback=FALLBACK)
+    return cpu.build("rmsnorm_repro_gru_cpu", source=SOURCE, fallback=FALLBACK, headers=(ROWS,))
 
 
 def row_norm(module: nn.Module) -> RowNorm | None:

@@ -50,12 +50,13 @@ def _cpu_flags() -> str:
     return flags
 
 
-def build_key(source: Path = SOURCE, extra_cflags: tuple[str, ...] = ()) -> str:
-    """The cache key of a build: a hash of the source's content, the torch version and install, the
-    Python headers, the flags, the compiler and this CPU's feature flags (-march=native)."""
+def build_key(source: Path = SOURCE, extra_cflags: tuple[str, ...] = (), headers: tuple[Path, ...] = ()) -> str:
+    """The cache key of a build: a hash of the source's (and its own headers') content, the torch version
+    and install, the Python headers, the flags, the compiler and this CPU's feature flags (-march=native)."""
     import torch  # noqa: PLC0415 (torch is loaded by then; kept out of this module's import)
 
-    parts = [hashlib.sha1(source.read_bytes()).hexdigest(), torch.__version__, str(Path(torch.__file__).parent),
+    content = hashlib.sha1(b"".join(f.read_bytes() for f in (source, *headers))).hexdigest()
+    parts = [content, torch.__version__, str(Path(torch.__file__).parent),
              sysconfig.get_paths().get("include", ""), " ".join([*_cflags(), *extra_cflags]),
              os.environ.get("CXX", "c++"), platform.machine(), _cpu_flags()]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
@@ -110,9 +111,10 @@ def load():
 
 
 def build(name: str = "rmsnorm_repro_cpu", extra_cflags: tuple[str, ...] = (), source: Path = SOURCE,
-          fallback: str = RMSNORM_FALLBACK):
+          fallback: str = RMSNORM_FALLBACK, headers: tuple[Path, ...] = ()):
     """Build (once per build_key) and load the extension of `source`; None after one warning (`fallback`
-    with its {reason}) when it cannot be.
+    with its {reason}) when it cannot be. headers: files the source includes by name ("gru_rows.h"),
+    copied beside it.
 
     extra_cflags: e.g. ("-DRMSNORM_TORCH_LIBRARY=...",) for scripts/bench_binding.py's variant.
     """
@@ -142,17 +144,18 @@ def build(name: str = "rmsnorm_repro_cpu", extra_cflags: tuple[str, ...] = (), s
     log.info("loading the fused CPU kernel %s (the first use on a machine compiles it once, ~30-60 s)", source.name)
     start = time.perf_counter()
     try:
-        full_name = f"{name}_{build_key(source, extra_cflags)}"
+        full_name = f"{name}_{build_key(source, extra_cflags, headers)}"
         # $TORCH_EXTENSIONS_DIR or torch's default (~/.cache/torch_extensions/<python>_<accelerator>)
         directory = Path(cpp_extension._get_build_directory(full_name, verbose=False))
-        # compile a copy kept in the build directory: build.ninja then names no checkout's path
-        copy = directory / source.name
-        if not copy.exists() or copy.read_bytes() != source.read_bytes():
-            tmp = directory / f".{source.name}.{os.getpid()}"
-            shutil.copyfile(source, tmp)
-            os.replace(tmp, copy)  # atomic: a concurrent build never reads half a file
+        # compile copies kept in the build directory: build.ninja then names no checkout's path
+        for file in (*headers, source):
+            copy = directory / file.name
+            if not copy.exists() or copy.read_bytes() != file.read_bytes():
+                tmp = directory / f".{file.name}.{os.getpid()}"
+                shutil.copyfile(file, tmp)
+                os.replace(tmp, copy)  # atomic: a concurrent build never reads half a file
         module = cpp_extension.load(
-            name=full_name, sources=[str(copy)], build_directory=str(directory),
+            name=full_name, sources=[str(directory / source.name)], build_directory=str(directory),
             extra_cflags=[*_cflags(), *extra_cflags], extra_ldflags=["-fopenmp"], verbose=False,
         )
     except Exception as err:  # a compiler error, a missing header: whatever it is, fall back

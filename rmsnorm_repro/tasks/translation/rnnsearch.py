@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-from ...nn import LoopLinear, NormGRU, NormGRUCell, call_layer, nematus_init_, recurrent_dropout_mask
+from ...nn import LoopLinear, NormGRU, NormGRUCell, call_layer, fused_cgru, nematus_init_, recurrent_dropout_mask
 from ...norms import Normalization
 
 SUPPORTED_NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm", "l2norm", "weightnorm")
@@ -99,6 +99,7 @@ class RNNSearch(nn.Module):
     """
 
     source_state = ("ctx", "keys", "src_mask")  # the state's tensors fixed by the source (beam.py)
+    fused_loop = True  # teacher forcing's whole decoder loop as one kernel where it applies; False: step by step
 
     def __init__(self, model_cfg: Mapping[str, Any], vocab_size: int, pad_id: int, norms: Normalization):
         super().__init__()
@@ -174,6 +175,11 @@ class RNNSearch(nn.Module):
         drop1 = recurrent_dropout_mask(state["h"], self.dropout, self.training)
         drop2 = recurrent_dropout_mask(state["h"], self.dropout, self.training)
         a_gates, a_cand = self.gru1.input_part(emb.transpose(0, 1))  # hoisted over all T steps
+        if self.fused_loop and NormGRUCell.fused and (done := fused_cgru.decoder(
+                self.gru1, self.gru2, self.attention.state_proj.proj, self.attention.state_proj.norm, self.attention.score,
+                a_gates, a_cand, state["h"], state["keys"], state["ctx"], state["src_mask"], drop1, drop2)) is not None:
+            states, contexts, summed = done  # every step in one kernel (nn/fused_cgru.py)
+            return states.transpose(0, 1), contexts.transpose(0, 1), list(summed.unbind(0))
         states, contexts, summed = [], [], []
         linear = LoopLinear(emb.shape[1])  # each recurrent weight's gradient as one product over all steps
         # unbind, never [t]: docs/performance.md
