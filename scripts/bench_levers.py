@@ -7,8 +7,15 @@ The decisions it backs (docs/performance.md, "The floor"):
 - fused Adam: build_optimizer takes torch's fused Adam kernel; "off" is torch's default per-tensor loop.
 - fused GRU cell: each GRU transition's state-side norms and gates as one C++ kernel forward and one
   backward (nn/fused_gru.py); "off" runs them op by op (`NormGRUCell.fused = False`).
+- fused GRU loop: each direction of the encoder's GRU layer as one C++ autograd node, every step inside
+  (nn/fused_gru.py `sequence`); "off" runs the layer step by step with the fused transition
+  (`NormGRU.fused_loop = False`).
+- fused decoder loop: the RNNSearch decoder's teacher-forced loop (conditional GRU with attention) as one
+  C++ autograd node (nn/fused_cgru.py); "off" runs it step by step (`RNNSearch.fused_loop = False`).
 - fused cross-entropy: the translation loss (log-softmax over the BPE vocabulary, label smoothing, NLL)
   and its gradient as one C++ kernel (nn/cross_entropy.py); "off" is F.cross_entropy.
+LoopLinear and the fused GRU cell are measured with both fused loops off: the step-by-step path they speed
+up is what the loops replace on CPU (and what runs elsewhere: GPU, torch.compile, autocast).
 Rerun it after changing any of them.
 
     OMP_NUM_THREADS=1 python scripts/bench_levers.py --data-root <Multi30k folder> [--rounds 15]
@@ -29,8 +36,9 @@ import torch
 
 from rmsnorm_repro import allocator
 from rmsnorm_repro.bench.floor import rnnsearch_parts, small_sizes, step_row
-from rmsnorm_repro.nn import LoopLinear, NormGRUCell, cross_entropy
+from rmsnorm_repro.nn import LoopLinear, NormGRU, NormGRUCell, cross_entropy
 from rmsnorm_repro.runner.setup import cpu_name
+from rmsnorm_repro.tasks.translation.rnnsearch import RNNSearch
 
 LOOP_LINEAR_CALL = LoopLinear.__call__
 
@@ -41,6 +49,23 @@ def loop_linear(on: bool) -> None:
 
 def fused_cell(on: bool) -> None:
     NormGRUCell.fused = on
+
+
+def fused_loop(on: bool) -> None:
+    NormGRU.fused_loop = on
+
+
+def fused_decoder(on: bool) -> None:
+    RNNSearch.fused_loop = on
+
+
+def step_by_step(switch: Callable[[bool], None]) -> Callable[[bool], None]:
+    """A lever of the step-by-step recurrent path, measured with the fused loops (which replace it) off."""
+    def switch_alone(on: bool) -> None:
+        fused_loop(False)
+        fused_decoder(False)
+        switch(on)
+    return switch_alone
 
 
 def fused_loss(on: bool) -> None:
@@ -77,15 +102,21 @@ def main() -> None:
     def every(on: bool) -> None:
         loop_linear(on)
         fused_cell(on)
+        fused_loop(on)
+        fused_decoder(on)
         fused_loss(on)
         rnn_adam(on)
-    rows = [(part, lever, call, switch) for part, call in parts.items()
-            for lever, switch in (("LoopLinear", loop_linear), ("fused GRU cell", fused_cell))] + [
-        (rnn_step.part, "LoopLinear", rnn_step.call, loop_linear),
-        (rnn_step.part, "fused GRU cell", rnn_step.call, fused_cell),
+    rows = [("GRU encoder layer", "fused GRU loop", parts["GRU encoder layer"], fused_loop),
+            ("conditional GRU decoder", "fused decoder loop", parts["conditional GRU decoder"], fused_decoder)]
+    stepwise = {"LoopLinear (step by step)": step_by_step(loop_linear),
+                "fused GRU cell (step by step)": step_by_step(fused_cell)}
+    rows += [(part, lever, call, switch) for part, call in parts.items() for lever, switch in stepwise.items()] + [
+        (rnn_step.part, "fused GRU loop", rnn_step.call, fused_loop),
+        (rnn_step.part, "fused decoder loop", rnn_step.call, fused_decoder),
+        *((rnn_step.part, lever, rnn_step.call, switch) for lever, switch in stepwise.items()),
         (rnn_step.part, "fused cross-entropy", rnn_step.call, fused_loss),
         (rnn_step.part, "fused Adam", rnn_step.call, rnn_adam),
-        (rnn_step.part, "all four", rnn_step.call, every),
+        (rnn_step.part, "all six", rnn_step.call, every),
         (tf_step.part, "fused cross-entropy", tf_step.call, fused_loss),
         (tf_step.part, "fused Adam", tf_step.call, tf_adam),
     ]

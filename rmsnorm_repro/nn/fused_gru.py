@@ -5,7 +5,9 @@ on first use like the fused RMSNorm (norms/fused/cpu.py), and the test of whethe
 apply: not CPU, not float32/float64, inputs of mixed dtypes (autocast), inside torch.compile, a state-side
 norm the kernel does not compute (BatchNorm, L2Norm; RMSNorm with norm.impl=reference|compile), or no C++
 compiler here. The cell then runs its transition op by op, with the same results within float rounding
-(tests/nn/test_fused_gru.py).
+(tests/nn/test_fused_gru.py). `sequence(cell, ...)` runs one direction of a NormGRU layer, every step, the
+same way, or returns None under the same conditions and where the state projection is not an nn.Linear or
+is watched by forward hooks; the layer then runs step by step.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ SOURCE = Path(__file__).with_name("gru_cell_cpu.cpp")
 ROWS = Path(__file__).with_name("gru_rows.h")  # the row arithmetic it shares with cgru_cpu.cpp
 FALLBACK = ("fused CPU GRU cell unavailable: {reason}; the GRU cells compute their transitions op by op "
             "(the same results, slower)")
-MODES = {"identity": 0, "rms": 1, "layer": 2}  # gru_cell_cpu.cpp's enum Mode
+MODES = {"identity": 0, "rms": 1, "layer": 2}  # gru_rows.h's enum Mode
 IDENTITY = RowNorm("identity", 1, 0.0, False, None, None)
 
 

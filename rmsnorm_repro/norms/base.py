@@ -21,7 +21,7 @@ REGISTRY: dict[str, type["Normalization"]] = {}
 
 
 class RowNorm(NamedTuple):
-    """A norm over the last dimension as a fused kernel computes it in its own loop (nn/gru_cell_cpu.cpp).
+    """A norm over the last dimension as a fused kernel computes it in its own loop (nn/gru_rows.h).
 
     kind "rms": x / RMS(x[:k]) (eps outside the root, or inside with eps_inside); "layer": torch's layer_norm
     (biased variance, eps inside); then * gain + bias where they are not None. A norm module offers it as

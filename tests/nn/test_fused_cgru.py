@@ -5,6 +5,8 @@ training takes within float32 rounding. The whole model runs, so every gradient 
 encoder's annotations through the keys and the contexts, the initial state, every weight, gain and bias)
 is compared.
 """
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -109,3 +111,11 @@ def test_the_decoder_falls_back_where_the_kernel_does_not_apply():
     hooked = _model("rmsnorm", {}, torch.float32)
     hooked.gru2.state_proj.register_forward_hook(lambda *_: None)  # hooks see the layer only through its calls
     assert not applies(hooked)
+
+
+def test_the_build_compiles_copies_of_the_source_and_its_header():
+    """The kernel includes gru_rows.h by name: the build folder holds copies of both, and no checkout's path."""
+    directory = Path(fused_cgru.load().__file__).parent
+    for file in (fused_cgru.SOURCE, fused_cgru.ROWS):
+        assert (directory / file.name).read_bytes() == file.read_bytes()
+    assert str(fused_cgru.SOURCE.parent) not in (directory / "build.ninja").read_text()

@@ -501,6 +501,12 @@ def test_build_key_follows_the_source_and_torch_not_the_checkout(tmp_path, monke
     copy.write_bytes(cpu.SOURCE.read_bytes() + b"\n// changed\n")
     assert cpu.build_key(copy) != cpu.build_key(cpu.SOURCE)
     assert cpu.build_key(cpu.SOURCE, ("-DX",)) != cpu.build_key(cpu.SOURCE)
+    header = tmp_path / "rows.h"  # a header the source includes (the GRU kernels share gru_rows.h)
+    header.write_text("// one\n")
+    with_header = cpu.build_key(cpu.SOURCE, headers=(header,))
+    assert with_header != cpu.build_key(cpu.SOURCE)
+    header.write_text("// two\n")
+    assert cpu.build_key(cpu.SOURCE, headers=(header,)) != with_header
     key = cpu.build_key(cpu.SOURCE)
     monkeypatch.setattr(torch, "__version__", torch.__version__ + "+other")
     assert cpu.build_key(cpu.SOURCE) != key

@@ -171,7 +171,8 @@ class RNNSearch(nn.Module):
 
     def decoder_states(self, state: dict[str, Tensor], emb: Tensor) -> tuple[Tensor, Tensor, list[Tensor]]:
         """The conditional GRU over target embeddings emb (B, T, E) from an encoded state: -> (states
-        (B, T, H), contexts (B, T, 2H), [s_t]: GRU1's U h before its norms, for Table 5)."""
+        (B, T, H), contexts (B, T, 2H), [s_t]: GRU1's U h before its norms, for Table 5). On CPU every step
+        runs in one C++ kernel where it applies (nn/fused_cgru.py); else step by step, as decode_step does."""
         drop1 = recurrent_dropout_mask(state["h"], self.dropout, self.training)
         drop2 = recurrent_dropout_mask(state["h"], self.dropout, self.training)
         a_gates, a_cand = self.gru1.input_part(emb.transpose(0, 1))  # hoisted over all T steps
