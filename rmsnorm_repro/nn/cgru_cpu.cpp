@@ -13,8 +13,8 @@
 // rather than kept (B x S x A per step). The backward runs the steps in reverse, adds into the gradients of
 // keys and ctx in place, and computes each weight's gradient as one product over all T x B rows at the end.
 // In place of ~30 tensor operators and their autograd nodes per step (docs/performance.md).
-// Norms without a gain or bias, linears without a bias and steps without dropout arrive as ones and zeros
-// (nn/fused_cgru.py): the same arithmetic, and no branch here.
+// Norms without a gain or bias, linears without a bias and GRUs without recurrent dropout get empty tensors
+// in their places (nn/fused_cgru.py).
 #include "gru_rows.h"
 
 #include <torch/csrc/autograd/custom_function.h>
@@ -59,14 +59,17 @@ struct Norms {
   Norm<T> n[kNormCount];
 };
 
+// A gain or bias handed over as an empty tensor is absent (nn/fused_cgru.py); ones: at least d ones, the
+// gain a norm without one reads in its backward.
 template <typename T>
 Norms<T> make_norms(const std::vector<Tensor>& x, const Sizes& z, const std::vector<int64_t>& spec,
-                    const std::vector<double>& eps) {
+                    const std::vector<double>& eps, const Tensor& ones) {
   Norms<T> out;
   for (int64_t i = 0; i < kNormCount; ++i) {
     const Tensor &gain = x[kNorms + 2 * i], &bias = x[kNorms + 2 * i + 1];
+    const bool has_gain = gain.numel() > 0;
     out.n[i] = {spec[3 * i], z.dim(i), spec[3 * i + 1], static_cast<T>(eps[i]), spec[3 * i + 2] != 0,
-                gain.data_ptr<T>(), true, bias.data_ptr<T>()};
+                (has_gain ? gain : ones).data_ptr<T>(), has_gain, bias.numel() > 0 ? bias.data_ptr<T>() : nullptr};
   }
   return out;
 }
@@ -137,8 +140,20 @@ void attend_backward(const T* keys, const T* ctx, const bool* mask, const T* v, 
   }
 }
 
-// out = x w^T + bias, into one step's rows of a (T, B, n) buffer (out: a view of them)
-void linear_out(Tensor out, const Tensor& bias, const Tensor& x, const Tensor& w) { at::addmm_out(out, bias, x, w.t()); }
+// A recurrent dropout mask handed over as an empty tensor is absent: null, and so are its rows.
+template <typename T>
+const T* row_ptr(const Tensor& x) { return x.numel() > 0 ? x.data_ptr<T>() : nullptr; }
+template <typename T>
+const T* at_row(const T* x, int64_t b, int64_t width) { return x ? x + b * width : nullptr; }
+
+// out = x w^T (+ bias, unless empty), into one step's rows of a (T, B, n) buffer (out: a view of them)
+void linear_out(Tensor out, const Tensor& bias, const Tensor& x, const Tensor& w) {
+  if (bias.numel() > 0) {
+    at::addmm_out(out, bias, x, w.t());
+  } else {
+    at::mm_out(out, x, w.t());
+  }
+}
 
 struct CGRUFunction : public torch::autograd::Function<CGRUFunction> {
   // -> [states (T, B, H): GRU2's output each step, contexts (T, B, C), s1 (T, B, 3H): GRU1's U1 h before its
@@ -163,6 +178,13 @@ struct CGRUFunction : public torch::autograd::Function<CGRUFunction> {
                 x[kScore].numel() == A && x[kW2].sizes() == at::IntArrayRef({3 * H, C}) &&
                 x[kU2].sizes() == at::IntArrayRef({3 * H, H}),
                 "cgru: shapes do not fit a conditional GRU of T=", T, " B=", B, " S=", S, " H=", H, " A=", A, " C=", C);
+    for (int64_t i : {kDrop1, kDrop2}) {
+      TORCH_CHECK(x[i].numel() == 0 || x[i].sizes() == x[kH0].sizes(), "cgru: a dropout mask must be (B, H) or empty");
+    }
+    for (int64_t i = 0; i < 2 * kNormCount; ++i) {
+      const int64_t n = x[kNorms + i].numel();
+      TORCH_CHECK(n == 0 || n == z.dim(i / 2), "cgru: norm ", i / 2, "'s gain or bias must have ", z.dim(i / 2), " values");
+    }
     auto opts = x[kH0].options();
     auto steps = [&](int64_t width) { return at::empty({T, B, width}, opts); };
     Tensor states = steps(H), contexts = steps(C), s1 = steps(3 * H), h1 = steps(H), in1 = steps(H), in2 = steps(H);
@@ -170,16 +192,17 @@ struct CGRUFunction : public torch::autograd::Function<CGRUFunction> {
     Tensor alpha = steps(S), a2 = steps(3 * H), a2n = at::empty({B, 3 * H}, opts), sta = steps(4), s2 = steps(3 * H);
     Tensor g2 = steps(2 * H), nc2 = steps(H), n2 = steps(H), st2 = steps(4);
     const int64_t grain = std::max<int64_t>(1, 32768 / (3 * H));
+    const Tensor ones = at::ones({std::max(2 * H, A)}, opts);
     AT_DISPATCH_FLOATING_TYPES(x[kH0].scalar_type(), "cgru_forward", [&] {
       using T_ = scalar_t;
-      const Norms<T_> nm = make_norms<T_>(x, z, spec, eps);
-      const T_ *D1 = x[kDrop1].data_ptr<T_>(), *D2 = x[kDrop2].data_ptr<T_>(), *V = x[kScore].data_ptr<T_>();
+      const Norms<T_> nm = make_norms<T_>(x, z, spec, eps, ones);
+      const T_ *D1 = row_ptr<T_>(x[kDrop1]), *D2 = row_ptr<T_>(x[kDrop2]), *V = x[kScore].data_ptr<T_>();
       const T_ *K = x[kKeys].data_ptr<T_>(), *CX = x[kCtx].data_ptr<T_>();
       const bool* M = x[kSrcMask].data_ptr<bool>();
       const int64_t ags0 = x[kA1Gates].stride(0), ags1 = x[kA1Gates].stride(1);
       const int64_t acs0 = x[kA1Cand].stride(0), acs1 = x[kA1Cand].stride(1);
       auto at_step = [](const Tensor& buffer, int64_t t) { return buffer.data_ptr<T_>() + t * buffer.stride(0); };
-      for (int64_t b = 0; b < B; ++b) state_input(x[kH0].data_ptr<T_>() + b * H, D1 + b * H, at_step(in1, 0) + b * H, H);
+      for (int64_t b = 0; b < B; ++b) state_input(x[kH0].data_ptr<T_>() + b * H, at_row(D1, b, H), at_step(in1, 0) + b * H, H);
       for (int64_t t = 0; t < T; ++t) {
         const T_* prev = t == 0 ? x[kH0].data_ptr<T_>() : at_step(states, t - 1);
         linear_out(s1.select(0, t), x[kU1Bias], in1.select(0, t), x[kU1]);
@@ -190,7 +213,7 @@ struct CGRUFunction : public torch::autograd::Function<CGRUFunction> {
           for (int64_t b = begin; b < end; ++b) {
             forward_row(nm.n[kG1N3], nm.n[kG1N4], AG + b * ags1, AC + b * acs1, prev + b * H, S1 + b * 3 * H,
                         G1 + b * 2 * H, NC1 + b * H, N1 + b * H, H1 + b * H, ST1 + b * 4);
-            state_input(H1 + b * H, D2 + b * H, IN2 + b * H, H);
+            state_input(H1 + b * H, at_row(D2, b, H), IN2 + b * H, H);
           }
         });
         linear_out(q.select(0, t), x[kWqBias], h1.select(0, t), x[kWq]);
@@ -215,7 +238,7 @@ struct CGRUFunction : public torch::autograd::Function<CGRUFunction> {
             norm_forward(nm.n[kG2N2], a + 2 * H, an + 2 * H, st + 2);
             forward_row(nm.n[kG2N3], nm.n[kG2N4], an, an + 2 * H, H1 + b * H, S2 + b * 3 * H, G2 + b * 2 * H,
                         NC2 + b * H, N2 + b * H, O + b * H, ST2 + b * 4);
-            if (IN1) state_input(O + b * H, D1 + b * H, IN1 + b * H, H);
+            if (IN1) state_input(O + b * H, at_row(D1, b, H), IN1 + b * H, H);
           }
         });
       }
@@ -258,19 +281,20 @@ struct CGRUFunction : public torch::autograd::Function<CGRUFunction> {
     Tensor dc = at::empty({B, C}, opts);
     const int64_t chunks = chunks_for(B, 3 * H), width = z.partial_width();
     Tensor partial = at::zeros({chunks, width}, opts);
+    const Tensor ones = at::ones({std::max(2 * H, A)}, opts);
     AT_DISPATCH_FLOATING_TYPES(states.scalar_type(), "cgru_backward", [&] {
       using T_ = scalar_t;
-      const Norms<T_> nm = make_norms<T_>(x, z, spec, eps);
-      const T_ *D1 = x[kDrop1].data_ptr<T_>(), *D2 = x[kDrop2].data_ptr<T_>(), *V = x[kScore].data_ptr<T_>();
+      const Norms<T_> nm = make_norms<T_>(x, z, spec, eps, ones);
+      const T_ *D1 = row_ptr<T_>(x[kDrop1]), *D2 = row_ptr<T_>(x[kDrop2]), *V = x[kScore].data_ptr<T_>();
       const T_ *K = x[kKeys].data_ptr<T_>(), *CX = x[kCtx].data_ptr<T_>();
       const bool* M = x[kSrcMask].data_ptr<bool>();
       T_ *DK = dkeys.data_ptr<T_>(), *DCX = dctx.data_ptr<T_>(), *P = partial.data_ptr<T_>();
       T_ *DH = dh.data_ptr<T_>(), *DIR = direct.data_ptr<T_>(), *DH1 = dh1.data_ptr<T_>(), *TH = through.data_ptr<T_>();
       T_* DC = dc.data_ptr<T_>();
       auto at_step = [](const Tensor& buffer, int64_t t) { return buffer.data_ptr<T_>() + t * buffer.stride(0); };
-      // per-chunk partial sums of one norm's gain and bias gradients
-      auto gain_of = [&](T_* p, int64_t norm) { return p + z.offset(norm); };
-      auto bias_of = [&](T_* p, int64_t norm) { return p + z.offset(norm) + z.dim(norm); };
+      // per-chunk partial sums of one norm's gain and bias gradients (null: the norm has none)
+      auto gain_of = [&](T_* p, int64_t norm) { return nm.n[norm].has_gain ? p + z.offset(norm) : nullptr; };
+      auto bias_of = [&](T_* p, int64_t norm) { return nm.n[norm].bias ? p + z.offset(norm) + z.dim(norm) : nullptr; };
       // rows of a chunk: [B * chunk / chunks, B * (chunk + 1) / chunks)
       auto over_chunks = [&](auto&& row) {
         at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
@@ -303,7 +327,7 @@ struct CGRUFunction : public torch::autograd::Function<CGRUFunction> {
         over_chunks([&](int64_t b, T_* p) {
           T_* d = DC + b * C;
           if (DCT) axpy(T_(1), DCT + b * C, d, C);
-          carry_back(DIR + b * H, TH + b * H, D2 + b * H, static_cast<const T_*>(nullptr), DH1 + b * H, H);
+          carry_back(DIR + b * H, TH + b * H, at_row(D2, b, H), static_cast<const T_*>(nullptr), DH1 + b * H, H);
           std::vector<T_> scratch(2 * A + S);  // the query's gradient, tanh, dalpha
           T_ *dqn = scratch.data(), *th = dqn + A, *dalpha = th + A;
           attend_backward(K + b * S * A, CX + b * S * C, M + b * S, V, QN + b * A, AL + b * S, d, DK + b * S * A,
@@ -327,7 +351,7 @@ struct CGRUFunction : public torch::autograd::Function<CGRUFunction> {
         const T_* DOP = d_states.defined() && t > 0 ? at_step(d_states, t - 1) : nullptr;
         at::parallel_for(0, B, std::max<int64_t>(1, 32768 / H), [&](int64_t begin, int64_t end) {
           for (int64_t b = begin; b < end; ++b) {
-            carry_back(DIR + b * H, TH + b * H, D1 + b * H, DOP ? DOP + b * H : nullptr, DH + b * H, H);
+            carry_back(DIR + b * H, TH + b * H, at_row(D1, b, H), DOP ? DOP + b * H : nullptr, DH + b * H, H);
           }
         });
       }
@@ -335,7 +359,9 @@ struct CGRUFunction : public torch::autograd::Function<CGRUFunction> {
     auto weight_grad = [&](const Tensor& d_out, const Tensor& input) {
       return d_out.reshape({T * B, d_out.size(2)}).t().mm(input.reshape({T * B, input.size(2)}));
     };
-    auto bias_grad = [&](const Tensor& d_out) { return d_out.reshape({T * B, d_out.size(2)}).sum(0); };
+    auto bias_grad = [&](const Tensor& d_out, int64_t slot) {
+      return x[slot].numel() > 0 ? d_out.reshape({T * B, d_out.size(2)}).sum(0) : Tensor();
+    };
     const Tensor sums = chunks == 1 ? partial[0] : partial.sum(0);
     variable_list out(kSlots + 2);
     out[kA1Gates] = da1g;
@@ -344,17 +370,17 @@ struct CGRUFunction : public torch::autograd::Function<CGRUFunction> {
     out[kKeys] = dkeys;
     out[kCtx] = dctx;
     out[kU1] = weight_grad(ds1, in1);
-    out[kU1Bias] = bias_grad(ds1);
+    out[kU1Bias] = bias_grad(ds1, kU1Bias);
     out[kWq] = weight_grad(dq, h1);
-    out[kWqBias] = bias_grad(dq);
+    out[kWqBias] = bias_grad(dq, kWqBias);
     out[kScore] = sums.narrow(0, z.offset(kNormCount), A).clone().view(x[kScore].sizes());
     out[kW2] = weight_grad(da2, contexts);
-    out[kW2Bias] = bias_grad(da2);
+    out[kW2Bias] = bias_grad(da2, kW2Bias);
     out[kU2] = weight_grad(ds2, in2);
-    out[kU2Bias] = bias_grad(ds2);
+    out[kU2Bias] = bias_grad(ds2, kU2Bias);
     for (int64_t i = 0; i < kNormCount; ++i) {
-      out[kNorms + 2 * i] = sums.narrow(0, z.offset(i), z.dim(i)).clone();
-      out[kNorms + 2 * i + 1] = sums.narrow(0, z.offset(i) + z.dim(i), z.dim(i)).clone();
+      if (x[kNorms + 2 * i].numel() > 0) out[kNorms + 2 * i] = sums.narrow(0, z.offset(i), z.dim(i)).clone();
+      if (x[kNorms + 2 * i + 1].numel() > 0) out[kNorms + 2 * i + 1] = sums.narrow(0, z.offset(i) + z.dim(i), z.dim(i)).clone();
     }
     return out;
   }

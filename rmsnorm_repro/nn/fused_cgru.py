@@ -31,17 +31,17 @@ def load():
 
 
 def _linear(layer: nn.Linear, ref: Tensor) -> tuple[Tensor, Tensor]:
-    """(weight, bias or zeros)."""
-    return layer.weight, layer.bias if layer.bias is not None else ref.new_zeros(layer.out_features)
+    """(weight, bias; an empty tensor for none)."""
+    return layer.weight, layer.bias if layer.bias is not None else ref.new_empty(0)
 
 
-def _norm(module: nn.Module, dim: int, ref: Tensor) -> tuple[tuple[Tensor, Tensor], list[int], float] | None:
-    """((gain or ones, bias or zeros), [mode, k, eps_inside], eps) of a norm the kernel computes, else None."""
+def _norm(module: nn.Module, ref: Tensor) -> tuple[tuple[Tensor, Tensor], list[int], float] | None:
+    """((gain, bias; empty tensors for none), [mode, k, eps_inside], eps) of a norm the kernel computes, else None."""
     norm = row_norm(module)
     if norm is None:
         return None
-    gain = norm.gain if norm.gain is not None else ref.new_ones(dim)
-    bias = norm.bias if norm.bias is not None else ref.new_zeros(dim)
+    absent = ref.new_empty(0)
+    gain, bias = (t if t is not None else absent for t in (norm.gain, norm.bias))
     return (gain, bias), [MODES[norm.kind], norm.k, int(norm.eps_inside)], norm.eps
 
 
@@ -62,15 +62,13 @@ def decoder(gru1: nn.Module, gru2: nn.Module, query: nn.Module, query_norm: nn.M
     layers = (gru1.state_proj, query, gru2.input_proj, gru2.state_proj, score)
     if any(not isinstance(layer, nn.Linear) or hooked(layer) for layer in layers) or score.bias is not None:
         return None
-    H, A = gru1.hidden_size, query.out_features
-    norms = [_norm(m, d, h0) for m, d in ((gru1.norm_state_gates, 2 * H), (gru1.norm_state_cand, H), (query_norm, A),
-                                          (gru2.norm_input_gates, 2 * H), (gru2.norm_input_cand, H),
-                                          (gru2.norm_state_gates, 2 * H), (gru2.norm_state_cand, H))]
+    norms = [_norm(m, h0) for m in (gru1.norm_state_gates, gru1.norm_state_cand, query_norm, gru2.norm_input_gates,
+                                    gru2.norm_input_cand, gru2.norm_state_gates, gru2.norm_state_cand)]
     if None in norms:
         return None
     u1, q, w2, u2 = (_linear(layer, h0) for layer in layers[:4])
-    ones = h0.new_ones(h0.shape)
-    inputs = [a_gates, a_cand, h0, keys, ctx, src_mask, ones if drop1 is None else drop1, ones if drop2 is None else drop2,
+    absent = h0.new_empty(0)
+    inputs = [a_gates, a_cand, h0, keys, ctx, src_mask, absent if drop1 is None else drop1, absent if drop2 is None else drop2,
               *u1, *q, score.weight, *w2, *u2, *(t for tensors, _, _ in norms for t in tensors)]
     if any(t.dtype is not h0.dtype for i, t in enumerate(inputs) if i != 5):  # 5: the bool source mask
         return None
