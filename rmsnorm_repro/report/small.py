@@ -90,8 +90,7 @@ def run_seconds(folder: Path) -> tuple[float, str]:
         times = [run.summary["wall_s"] for run in runs
                  if run.status == "completed" and isinstance(run.summary.get("wall_s"), (int, float))]
         if times:
-            cpus = sorted({str((run.summary.get("env") or {}).get("device_name")) for run in runs})
-            return sum(times) / len(times), f"mean of {len(times)} {label}, {' | '.join(cpus)}"
+            return sum(times) / len(times), f"mean of {len(times)} {label}, {' | '.join(_cpus(runs))}"
     return 60 * RUN_MINUTES, "no run timed yet: the recipe's estimate"
 
 
@@ -240,7 +239,12 @@ def _recipe(runs: list[Run]) -> str:
                                                      if train.get("max_minutes") else "")
     return (f"{size}, dropout {model.get('dropout')}, joint BPE {vocab}, beam {decode.get('beam')}; {budget}, "
             f"evaluation every {train.get('eval_every')} steps, dev held out: {cfg.get('data', {}).get('dev_pairs')} "
-            f"pairs; precision {train.get('precision')}")
+            f"pairs; precision {train.get('precision')}; trained on {' | '.join(_cpus(runs))}")
+
+
+def _cpus(runs: list[Run]) -> list[str]:
+    """The CPUs (or devices) the runs name in their env record: minutes depend on them."""
+    return sorted({str((run.summary.get("env") or {}).get("device_name")) for run in runs})
 
 
 def valid_references(run: Run) -> list[str] | None:

@@ -184,6 +184,7 @@ def test_small_report_from_run_directories(tmp_path):
     assert small.main(["--out", str(out), "--report-only"]) == 0
     text = (out / "REPORT.md").read_text()
     assert "Machine: " in text and "device_name=AMD EPYC" in text and "precision=fp32" in text
+    assert "; trained on AMD EPYC.  " in text  # each model's recipe line: its runs' minutes depend on the CPU
     assert "**the split the runs also selected their weights on**" in text and "nrefs:1|case:mixed" in text
     assert "Data: text:.../m30k." in text and "text:/m30k" not in text  # an older summary's absolute path, not shown
     assert "| valid BLEU (beam) |" in text and "| rmsnorm | 1 | 300 | - | 31.4 |" in text

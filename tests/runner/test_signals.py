@@ -109,7 +109,8 @@ def test_a_job_stopped_on_its_own_ends_and_the_sweep_goes_on(tmp_path):
     proc = subprocess.Popen(args, env=cli_env(), cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=_as_from_a_terminal)
     _wait(lambda: any(p.stat().st_size > 0 for p in tmp_path.rglob("metrics.jsonl")), 120, proc)
-    [lock] = [p for p in tmp_path.rglob(".lock")][:1]
+    # the worker of a run that is training (its stop handler installed), not of one still building its model
+    lock = next(p.parent for p in tmp_path.rglob("metrics.jsonl") if p.stat().st_size > 0) / ".lock"
     holder = next(w for w in psutil.Process(proc.pid).children(recursive=True)
                   if any(f.path == str(lock) for f in w.open_files()))
     holder.send_signal(signal.SIGTERM)
