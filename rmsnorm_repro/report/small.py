@@ -5,10 +5,9 @@
     python -m rmsnorm_repro.report.small --report-only            # rewrite results/small/REPORT.md from the runs
 
 RNNSearch and the Transformer, each x {none, layernorm, rmsnorm, prmsnorm} x seeds, at scale=small
-(configs/task_scale/<task>/small.yaml: a fixed number of steps; 17-20 minutes a run with the final beam
-decode on a 2-core Xeon with AVX-512, 27-30 on a 2-core EPYC with AVX2; docs/small_study.md). It prints its plan first (expected minutes from earlier
-runs' times), and after training times LayerNorm, RMSNorm and pRMSNorm side by side for the speed
-claims (<out>/speed.json) and runs sacreBLEU's paired bootstrap per seed (<out>/bootstrap.json). One
+(configs/task_scale/<task>/small.yaml: a fixed number of steps; minutes a run by CPU in docs/small_study.md).
+It prints its plan first (expected minutes from earlier runs' times), and after training times LayerNorm,
+RMSNorm and pRMSNorm side by side for the speed claims (<out>/speed.json) and runs sacreBLEU's paired bootstrap per seed (<out>/bootstrap.json). One
 multirun per task (Hydra composes a sweep over tasks with the default task first), runs under
 <out>/runs/<task>/<norm>-p<p>-s<seed>/, one log per sweep under <out>/runs/logs/; rerunning resumes.
 The data: a raw Multi30k folder (--data-root, train/val[/test_*].en/.de[.gz]) when it exists, else the
@@ -278,7 +277,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              f"Machine: {describe_env(everything)}.  ",
              splits_line(everything), "",
              "Everything here is scale=small: the paper's two translation models, shrunk to train on one CPU core "
-             "in under half an hour a run (training and the final beam decode; each run's minutes below) on Multi30k's 29,000 English-German image "
+             "(each run's minutes of training and final beam decode below) on Multi30k's 29,000 English-German image "
              "captions instead of WMT14's 4.5M sentence pairs. BLEU is not comparable with the paper's WMT14 numbers; "
              "what can be compared is what the paper claims: which norm trains, which matches which. Every run "
              "trains a fixed number of steps (`train.steps`), so every norm sees the same updates on any machine; "

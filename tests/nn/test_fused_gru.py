@@ -113,7 +113,8 @@ def test_fused_layer_over_padded_batches_equals_op_by_op(name, options, dtype, l
         # atol by each tensor's scale (float64 pins the formulas at 1e-12)
         atol = {torch.float64: 1e-12, torch.float32: 1e-5}[dtype]
         for i, (g, w) in enumerate(zip(got, want)):
-            torch.testing.assert_close(g, w, rtol=TOLERANCE[dtype]["rtol"], atol=atol * max(1.0, float(w.detach().abs().max())),
+            scale = max(1.0, float(w.detach().abs().max()))
+            torch.testing.assert_close(g, w, rtol=TOLERANCE[dtype]["rtol"], atol=atol * scale,
                                        msg=f"output/gradient {i}")
 
 
