@@ -17,13 +17,16 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(VENV)/bin/pip install -e ".[dev]"
 	touch $@
 
+# One pytest worker a core (TEST_WORKERS=1: one process); each worker runs torch on one thread (tests/conftest.py),
+# and the SLURM tests share one worker (their one-node cluster has a job slot a core).
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The tests that train for no more than a few seconds (under 3 minutes on 2 cores): `slow` marks the rest, and
 # `slurm` the jobs on a SLURM cluster.
 test-fast: install
-	$(PY) -m pytest -m "not slow and not slurm"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not slurm"
 
 # The offline mini reproduction of every table and figure: results/mini/REPORT.md (~15 min, 2 cores).
 # Refreshes the committed report and figures under results/mini/.

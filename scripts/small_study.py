@@ -38,8 +38,9 @@ from rmsnorm_repro.runner.step import train_step
 BATCHES_PER_EPOCH = {"rnnsearch": 438, "transformer": 199}
 BEGIN, END = "<!-- study table: scripts/small_study.py -->", "<!-- end of study table -->"
 # what tells two recipes apart (the rest is the scale's)
-RECIPE_KEYS = ("task.model", "train.batch_size", "train.batch_tokens", "optim.lr", "optim.schedule.warmup_steps",
-               "data.vocab_size")
+RECIPE_KEYS = ("task.model", "train.batch_size", "train.batch_tokens", "optim.lr", "optim.schedule.name",
+               "optim.schedule.warmup_steps", "data.vocab_size")
+LABELS = {"optim.schedule.name": "schedule"}
 
 
 def recipe(config: dict) -> str:
@@ -52,7 +53,7 @@ def recipe(config: dict) -> str:
         if key == "task.model":
             value = ", ".join(f"{k} {v}" for k, v in value.items() if k in ("emb", "hidden", "d_model", "ffn_dim",
                                                                               "encoder_layers", "init_std", "dropout"))
-        parts.append(f"{key.split('.')[-1]} {value}" if key != "task.model" else str(value))
+        parts.append(str(value) if key == "task.model" else f"{LABELS.get(key, key.split('.')[-1])} {value}")
     return "; ".join(parts)
 
 

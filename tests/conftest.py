@@ -54,3 +54,11 @@ def ext():
     if module is None:
         pytest.skip("fused CPU kernel could not be built here (no C++ compiler or ninja; see the warning)")
     return module
+
+
+def pytest_collection_modifyitems(items):
+    # `make test` runs a worker a core (pytest-xdist, --dist loadgroup): the SLURM jobs go to one worker, in
+    # turn, as the one-node cluster has a job slot a core and their time limits assume a free slot
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))

@@ -27,6 +27,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from . import figures as figs
 from .aggregate import TRAIN_LOSS, Group, Run, describe_env, group_runs
 from .claims import Claim, convergence_claim, match_claims, speed_claims, transformer_baseline_claim
@@ -36,6 +38,7 @@ from .demo import (ROOT, finished_at, load_speed, load_timings, measure_speed, r
 from .significance import bootstrap_notes
 from .sweep import TimedBar
 from ..atomic import atomic_write_text
+from ..paths import configs_dir
 from ..record import shown_source
 from ..runner import precision
 from ..runner.setup import cpu_name
@@ -80,12 +83,35 @@ def sweep_command(task: str, runs_root: Path, setup: Setup) -> list[str]:
 
 
 # Reading the runs -------------------------------------------------------------------------------
+def recipe_values(task: str) -> dict[str, object]:
+    """Every value the task's small recipe sets (configs/task_scale/<task>/small.yaml), by dotted key."""
+    def leaves(node: object, prefix: str) -> dict[str, object]:
+        if not isinstance(node, dict):
+            return {prefix: node}
+        return {k: v for key, child in node.items() for k, v in leaves(child, f"{prefix}.{key}" if prefix else key).items()}
+
+    return leaves(OmegaConf.to_container(OmegaConf.load(configs_dir() / "task_scale" / task / "small.yaml")), "")
+
+
+def trained_this_recipe(run: Run, recipe: dict[str, object]) -> bool:
+    """Whether the run's config has every value of the recipe (runs of an earlier recipe time nothing now)."""
+    config = OmegaConf.create(run.config)
+
+    def value(key: str) -> object:
+        node = OmegaConf.select(config, key)
+        return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+
+    return all(value(key) == want for key, want in recipe.items())
+
+
 def run_seconds(folder: Path) -> tuple[float, str]:
-    """(seconds a run takes, where that comes from): the mean wall_s of the completed runs in folder (jobs
-    of an earlier sweep on this setup), else of the committed report's runs (REFERENCE_RUNS, another
-    machine: its CPU is named), else RUN_MINUTES."""
+    """(seconds a run takes, where that comes from): the mean wall_s of the completed runs of today's recipe
+    in folder (jobs of an earlier sweep on this setup), else of the committed report's runs (REFERENCE_RUNS,
+    another machine: its CPU is named), else RUN_MINUTES."""
+    recipe = recipe_values(folder.name)
     for where, label in ((folder, "earlier runs here"), (REFERENCE_RUNS / folder.name, "runs of the committed report")):
-        runs = runs_of(where.parent, where.name) if where.is_dir() else []
+        runs = [run for run in (runs_of(where.parent, where.name) if where.is_dir() else [])
+                if trained_this_recipe(run, recipe)]
         times = [run.summary["wall_s"] for run in runs
                  if run.status == "completed" and isinstance(run.summary.get("wall_s"), (int, float))]
         if times:
