@@ -34,9 +34,9 @@ demo: install
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.report.demo --out results/mini
 
 # Real language: RNNSearch and Transformer x {none, layernorm, rmsnorm, prmsnorm} x 2 seeds on Multi30k
-# En-De at scale=small (a fixed number of steps a run, under 18 CPU-core-minutes with the final beam
-# decode), then results/small/REPORT.md (README, "Real language: Multi30k"); it prints its plan (runs, CPU,
-# expected minutes from earlier runs' times) first, and a rerun after a kill continues where it stopped.
+# En-De at scale=small (a fixed number of steps a run; its minutes by CPU in docs/small_study.md), then
+# results/small/REPORT.md (README, "Real language: Multi30k"); it prints its plan (runs, CPU, expected
+# minutes from earlier runs' times) first, and a rerun after a kill continues where it stopped.
 # `make small [SMALL_SEEDS=1,2] [DATA_ROOT=dir] [SMALL_JOBS=2] [PRECISION=fp32] [SMALL_OUT=dir]`. The run
 # records behind the committed report are in results/small/runs: there every run is finished, so `make
 # small` rewrites the report from them; SMALL_OUT=results/small-mine trains anew on this machine. DATA_ROOT: a raw Multi30k
