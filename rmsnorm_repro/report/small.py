@@ -7,7 +7,8 @@
 RNNSearch and the Transformer, each x {none, layernorm, rmsnorm, prmsnorm} x seeds, at scale=small
 (configs/task_scale/<task>/small.yaml: a fixed number of steps; minutes a run by CPU in docs/small_study.md).
 It prints its plan first (expected minutes from earlier runs' times), and after training times LayerNorm,
-RMSNorm and pRMSNorm side by side for the speed claims (<out>/speed.json) and runs sacreBLEU's paired bootstrap per seed (<out>/bootstrap.json). One
+RMSNorm and pRMSNorm side by side for the speed claims (<out>/speed.json) and runs sacreBLEU's paired
+bootstrap per seed (<out>/bootstrap.json). One
 multirun per task (Hydra composes a sweep over tasks with the default task first), runs under
 <out>/runs/<task>/<norm>-p<p>-s<seed>/, one log per sweep under <out>/runs/logs/; rerunning resumes.
 The data: a raw Multi30k folder (--data-root, train/val[/test_*].en/.de[.gz]) when it exists, else the
@@ -39,7 +40,7 @@ from .significance import bootstrap_notes
 from .sweep import TimedBar
 from ..atomic import atomic_write_text
 from ..paths import configs_dir
-from ..record import shown_source
+from ..record import ABSENT, flatten, shown_source
 from ..runner import precision
 from ..runner.setup import cpu_name
 from .tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
@@ -85,23 +86,13 @@ def sweep_command(task: str, runs_root: Path, setup: Setup) -> list[str]:
 # Reading the runs -------------------------------------------------------------------------------
 def recipe_values(task: str) -> dict[str, object]:
     """Every value the task's small recipe sets (configs/task_scale/<task>/small.yaml), by dotted key."""
-    def leaves(node: object, prefix: str) -> dict[str, object]:
-        if not isinstance(node, dict):
-            return {prefix: node}
-        return {k: v for key, child in node.items() for k, v in leaves(child, f"{prefix}.{key}" if prefix else key).items()}
-
-    return leaves(OmegaConf.to_container(OmegaConf.load(configs_dir() / "task_scale" / task / "small.yaml")), "")
+    return flatten(OmegaConf.to_container(OmegaConf.load(configs_dir() / "task_scale" / task / "small.yaml")))
 
 
 def trained_this_recipe(run: Run, recipe: dict[str, object]) -> bool:
     """Whether the run's config has every value of the recipe (runs of an earlier recipe time nothing now)."""
-    config = OmegaConf.create(run.config)
-
-    def value(key: str) -> object:
-        node = OmegaConf.select(config, key)
-        return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
-
-    return all(value(key) == want for key, want in recipe.items())
+    config = flatten(run.config)
+    return all(config.get(key, ABSENT) == want for key, want in recipe.items())
 
 
 def run_seconds(folder: Path) -> tuple[float, str]:
