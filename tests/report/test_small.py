@@ -151,8 +151,9 @@ def fake_run(root: Path, task: str, norm: str, seed: int, bleu: dict[str, float]
              if task == "transformer" else {"emb": 256, "hidden": 512, "dropout": 0.2})
     config = {"task": {"name": task, "model": model, "decode": {"beam": 4}}, "norm": {"name": norm, "p": p},
               "seed": seed, "data": {"name": "multi30k", "vocab_size": 8000}, "scale": {"name": "small"},
-              "train": {"max_minutes": 15, "precision": "fp32", "batch_tokens": 2500, "batch_size": 64},
-              "optim": {"lr": 0.001, "schedule": {"warmup_steps": 200}}}
+              "train": {"steps": 300, "precision": "fp32", "batch_tokens": 2500, "batch_size": 64},
+              "optim": {"lr": 0.001, "schedule": {"name": "linear_decay", "warmup_steps": 200, "decay_start": 0.5}
+                        if task == "transformer" else {"name": "constant", "warmup_steps": 0}}}
     (path / "config.yaml").write_text(yaml.safe_dump(config))
     steps = 300 if status == "completed" else 120
     lines = [{"step": s, "wall_s": s * ms / 1000 + 10, "loss": 6.0 - s / 100, "step_ms": ms,
@@ -187,6 +188,9 @@ def test_small_report_from_run_directories(tmp_path):
     text = (out / "REPORT.md").read_text()
     assert "Machine: " in text and "device_name=AMD EPYC" in text and "precision=fp32" in text
     assert "; trained on AMD EPYC.  " in text  # each model's recipe line: its runs' minutes depend on the CPU
+    # and the lr's schedule, which the small recipes change from the paper's
+    assert "2500-token batches, peak lr 0.001 after 200 warm-up steps, linear to 0 from step 150, dropout" in text
+    assert "batch 64 sentences, lr 0.001, constant, dropout" in text
     assert "**the split the runs also selected their weights on**" in text and "nrefs:1|case:mixed" in text
     assert "Data: text:.../m30k." in text and "text:/m30k" not in text  # an older summary's absolute path, not shown
     assert "| valid BLEU (beam) |" in text and "| rmsnorm | 1 | 300 | - | 31.4 |" in text
