@@ -8,9 +8,9 @@ RNNSearch and the Transformer, each x {none, layernorm, rmsnorm, prmsnorm} x see
 (configs/task_scale/<task>/small.yaml: a fixed number of steps; minutes a run by CPU in docs/small_study.md).
 It prints its plan first (expected minutes from earlier runs' times), and after training times LayerNorm,
 RMSNorm and pRMSNorm side by side for the speed claims (<out>/speed.json) and runs sacreBLEU's paired
-bootstrap per seed (<out>/bootstrap.json). One
-multirun per task (Hydra composes a sweep over tasks with the default task first), runs under
-<out>/runs/<task>/<norm>-p<p>-s<seed>/, one log per sweep under <out>/runs/logs/; rerunning resumes.
+bootstrap per seed (<out>/bootstrap.json). One multirun per task (Hydra composes a sweep over tasks with the
+default task first), runs under <out>/runs/<task>/<norm>-p<p>-s<seed>/, one log per sweep under
+<out>/runs/logs/; rerunning resumes.
 The data: a raw Multi30k folder (--data-root, train/val[/test_*].en/.de[.gz]) when it exists, else the
 hub copy (`make data-multi30k`). The report, in the mini report's form (demo.py, tables.py,
 figures.py, claims.py), gives BLEU (beam, sacreBLEU signature) on every split the runs scored, steps,
@@ -42,6 +42,7 @@ from ..atomic import atomic_write_text
 from ..paths import configs_dir
 from ..record import ABSENT, flatten, shown_source
 from ..runner import precision
+from ..runner.optim import decay_step
 from ..runner.setup import cpu_name
 from .tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
 
@@ -266,7 +267,7 @@ def _schedule(optim: dict, steps: int) -> str:
     if name == "inverse_sqrt":
         return f"peak {text}, then its inverse square root"
     if name == "linear_decay":
-        return f"peak {text}, linear to 0 from step {int(float(schedule.get('decay_start')) * steps)}"
+        return f"peak {text}, linear to 0 from step {decay_step(schedule, steps)}"
     return f"{text}, constant"
 
 

@@ -59,6 +59,11 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], optim: DictConfig) -> 
                eps=float(optim.eps), weight_decay=float(optim.weight_decay), fused=fused)
 
 
+def decay_step(schedule: DictConfig | dict, total_steps: int) -> int:
+    """The first step of linear_decay's fall (and of beta1_after_decay): decay_start of total_steps."""
+    return int(float(schedule["decay_start"]) * total_steps)
+
+
 def lr_factor(schedule: DictConfig, total_steps: int) -> Callable[[int], float]:
     """Multiplier of optim.lr for (0-based) step s.
 
@@ -67,7 +72,7 @@ def lr_factor(schedule: DictConfig, total_steps: int) -> Callable[[int], float]:
     linear_decay: 1 until decay_start * total_steps, then linear to 0 at total_steps (CIFAR).
     """
     name, warmup = schedule.name, int(schedule.warmup_steps)
-    decay_from = int(float(schedule.decay_start) * total_steps)
+    decay_from = decay_step(schedule, total_steps)
 
     def warm(s: int) -> float:
         return min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0
@@ -91,7 +96,7 @@ def beta1_switch(optimizer: torch.optim.Optimizer, optim: DictConfig, total_step
     beta1 = optim.schedule.beta1_after_decay
     if beta1 is None or optim.schedule.name != "linear_decay":
         return lambda step: None
-    decay_from = int(float(optim.schedule.decay_start) * total_steps)
+    decay_from = decay_step(optim.schedule, total_steps)
 
     def apply(step: int) -> None:
         if step >= decay_from:
@@ -110,8 +115,8 @@ def first_schedule_difference(optim: DictConfig, old_total: int, new_total: int,
         return None
     old, new = lr_factor(optim.schedule, old_total), lr_factor(optim.schedule, new_total)
     switches = optim.schedule.name == "linear_decay" and optim.schedule.beta1_after_decay is not None
-    start = float(optim.schedule.decay_start)
+    old_decay, new_decay = decay_step(optim.schedule, old_total), decay_step(optim.schedule, new_total)
     for s in range(steps_done + 1):
-        if old(s) != new(s) or (switches and (s >= int(start * old_total)) != (s >= int(start * new_total))):
+        if old(s) != new(s) or (switches and (s >= old_decay) != (s >= new_decay)):
             return s
     return None
