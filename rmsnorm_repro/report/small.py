@@ -42,7 +42,7 @@ from ..atomic import atomic_write_text
 from ..paths import configs_dir
 from ..record import ABSENT, flatten, shown_source
 from ..runner import precision
-from ..runner.optim import decay_step
+from ..runner.optim import describe_schedule
 from ..runner.setup import cpu_name
 from .tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
 
@@ -250,25 +250,13 @@ def _recipe(runs: list[Run]) -> str:
                 f"ffn {model.get('ffn_dim')}, {model.get('heads')} heads, {train.get('batch_tokens')}-token batches")
     else:
         size = f"emb {model.get('emb')}, hidden {model.get('hidden')}, batch {train.get('batch_size')} sentences"
-    size += f", {_schedule(optim, train.get('steps'))}"
+    size += f", {describe_schedule(optim, train.get('steps'))}"
     vocab = cfg.get("data", {}).get("vocab_size")
     budget = f"train.steps {train.get('steps')}" + (f", train.max_minutes {train.get('max_minutes')}"
                                                      if train.get("max_minutes") else "")
     return (f"{size}, dropout {model.get('dropout')}, joint BPE {vocab}, beam {decode.get('beam')}; {budget}, "
             f"evaluation every {train.get('eval_every')} steps, dev held out: {cfg.get('data', {}).get('dev_pairs')} "
             f"pairs; precision {train.get('precision')}; trained on {' | '.join(_cpus(runs))}")
-
-
-def _schedule(optim: dict, steps: int) -> str:
-    """The lr and its schedule (configs/train.yaml's names; runner/optim.lr_factor computes them)."""
-    schedule = optim.get("schedule", {})
-    name, warmup = schedule.get("name"), schedule.get("warmup_steps") or 0
-    text = f"lr {optim.get('lr')}" + (f" after {warmup} warm-up steps" if warmup else "")
-    if name == "inverse_sqrt":
-        return f"peak {text}, then its inverse square root"
-    if name == "linear_decay":
-        return f"peak {text}, linear to 0 from step {decay_step(schedule, steps)}"
-    return f"{text}, constant"
 
 
 def _cpus(runs: list[Run]) -> list[str]:

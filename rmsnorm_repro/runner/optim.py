@@ -84,6 +84,19 @@ def lr_factor(schedule: DictConfig, total_steps: int) -> Callable[[int], float]:
     return lambda s: warm(s) * min(1.0, max(0.0, (total_steps - s) / max(total_steps - decay_from, 1)))
 
 
+def describe_schedule(optim: DictConfig | dict, total_steps: int) -> str:
+    """lr_factor's schedule in words, for recipe cards: "peak lr 0.001 after 800 warm-up steps, linear to 0 from
+    step 1000"."""
+    schedule = optim.get("schedule", {})
+    name, warmup = schedule.get("name"), schedule.get("warmup_steps") or 0
+    text = f"lr {optim.get('lr')}" + (f" after {warmup} warm-up steps" if warmup else "")
+    if name == "inverse_sqrt":
+        return f"peak {text}, then its inverse square root"
+    if name == "linear_decay":
+        return f"peak {text}, linear to 0 from step {decay_step(schedule, total_steps)}"
+    return f"{text}, constant" if name == "constant" else f"{text}, schedule {name}"
+
+
 def build_schedule(optimizer: torch.optim.Optimizer, optim: DictConfig, total_steps: int) -> LambdaLR:
     return LambdaLR(optimizer, lr_factor(optim.schedule, total_steps))
 
