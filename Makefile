@@ -31,7 +31,7 @@ test-fast: install
 # The offline mini reproduction of every table and figure: results/mini/REPORT.md (~15 min, 2 cores).
 # Refreshes the committed report and figures under results/mini/.
 demo: install
-	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.report.demo --out results/mini
+	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.campaigns.demo --out results/mini
 
 # Real language: RNNSearch and Transformer x {none, layernorm, rmsnorm, prmsnorm} x 2 seeds on Multi30k
 # En-De at scale=small (a fixed number of steps a run; its minutes by CPU in docs/small_study.md), then
@@ -51,7 +51,7 @@ SMALL_OUT ?= results/small
 PRECISION ?= $(shell lscpu 2>/dev/null | grep -q amx_bf16 && echo bf16 || echo fp32)
 .PHONY: small
 small: install
-	$(PY) -m rmsnorm_repro.report.small --out $(SMALL_OUT) --data-root $(DATA_ROOT) --jobs $(SMALL_JOBS) \
+	$(PY) -m rmsnorm_repro.campaigns.small --out $(SMALL_OUT) --data-root $(DATA_ROOT) --jobs $(SMALL_JOBS) \
 		--precision $(PRECISION) --seeds $(SMALL_SEEDS) $(ARGS)
 
 # Table 1 is computed, not trained: refreshes the committed results/tables/table1.md, exit 1 unless

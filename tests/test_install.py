@@ -99,7 +99,7 @@ def test_the_report_writes_beside_its_runs_unless_told(tmp_path):
     makefile = (REPO / "Makefile").read_text()
     assert "-m rmsnorm_repro.report.table1 --out results/tables/table1.md" in makefile
     assert "--table $@ \\\n\t\t--out results/tables --figures results/figures" in makefile
-    assert "-m rmsnorm_repro.report.demo --out results/mini" in makefile
+    assert "-m rmsnorm_repro.campaigns.demo --out results/mini" in makefile
 
 
 def test_regenerating_table1_rewrites_the_committed_page_unchanged():
@@ -134,7 +134,7 @@ def test_paths_point_at_an_installed_copy_first(tmp_path, monkeypatch, name):
 
 
 def test_the_demo_report_rewritten_from_the_same_runs_is_the_same_file(tmp_path):
-    from rmsnorm_repro.report import demo
+    from rmsnorm_repro.campaigns import demo
 
     out = tmp_path / "mini"
     write_fake_runs(out / "runs" / "rnnsearch")

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rmsnorm_repro.report import aggregate, claims, demo, figures, tables
+from rmsnorm_repro.campaigns import demo
+from rmsnorm_repro.report import aggregate, claims, figures, tables
 from rmsnorm_repro.report.__main__ import main as report_main
 from runner_fixtures.fake_runs import write_fake_runs, write_run
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from rmsnorm_repro.report import demo, sweep
+from rmsnorm_repro.campaigns import demo
+from rmsnorm_repro.report import sweep
 
 
 def test_job_count_multiplies_the_swept_values():
@@ -58,7 +59,7 @@ def test_the_timed_bar_moves_with_the_clock_within_a_step_and_ends_full(monkeypa
 
 
 def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path, monkeypatch, capsys):
-    from rmsnorm_repro.report import small
+    from rmsnorm_repro.campaigns import small
 
     ran, timed = [], []
     monkeypatch.setattr(small, "run_logged", lambda command, log, threads: ran.append(command) or (0, 2.0))

@@ -1,8 +1,8 @@
 """make small: the paper's translation claims on real language (Multi30k En-De), CPU tens of minutes.
 
-    python -m rmsnorm_repro.report.small                          # train both sweeps, then write the report
-    python -m rmsnorm_repro.report.small --data-root DIR --seeds 1,2,3 --jobs 2
-    python -m rmsnorm_repro.report.small --report-only            # rewrite results/small/REPORT.md from the runs
+    python -m rmsnorm_repro.campaigns.small                          # train both sweeps, then write the report
+    python -m rmsnorm_repro.campaigns.small --data-root DIR --seeds 1,2,3 --jobs 2
+    python -m rmsnorm_repro.campaigns.small --report-only            # rewrite results/small/REPORT.md from the runs
 
 RNNSearch and the Transformer, each x {none, layernorm, rmsnorm, prmsnorm} x seeds, at scale=small
 (configs/task_scale/<task>/small.yaml: a fixed number of steps; minutes a run by CPU in docs/small_study.md).
@@ -30,21 +30,21 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from . import figures as figs
-from .aggregate import TRAIN_LOSS, Group, Run, describe_env, group_runs
-from .claims import Claim, convergence_claim, match_claims, speed_claims, transformer_baseline_claim
-from .claims import markdown as claims_markdown
+from ..report import figures as figs
+from ..report.aggregate import TRAIN_LOSS, Group, Run, describe_env, group_runs
+from ..report.claims import Claim, convergence_claim, match_claims, speed_claims, transformer_baseline_claim
+from ..report.claims import markdown as claims_markdown
 from .demo import (ROOT, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of, save_timings,
                    timings_table)
-from .significance import bootstrap_notes
-from .sweep import TimedBar
+from ..report.significance import bootstrap_notes
+from ..report.sweep import TimedBar
 from ..atomic import atomic_write_text
 from ..paths import configs_dir
 from ..record import ABSENT, flatten, shown_source
 from ..runner import precision
 from ..runner.optim import describe_schedule
 from ..runner.setup import cpu_name
-from .tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
+from ..report.tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
 
 TASKS = ("rnnsearch", "transformer")
 NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
@@ -290,7 +290,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
     measured, how = load_speed(out)
     bootstrap = bootstrap_notes(group_runs(everything), out / "bootstrap.json", valid_references)
     lines = ["# Root Mean Square Layer Normalization: the small tier, real language (Multi30k En-De)", "",
-             f"Written by `make small` (`python -m rmsnorm_repro.report.small`) from {len(everything)} runs under "
+             f"Written by `make small` (`python -m rmsnorm_repro.campaigns.small`) from {len(everything)} runs under "
              f"`{runs_root.relative_to(out)}/`, the last finished {finished_at(everything)}.  ",
              f"Machine: {describe_env(everything)}.  ",
              splits_line(everything), "",
@@ -346,7 +346,7 @@ def default_precision() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmsnorm_repro.report.small", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rmsnorm_repro.campaigns.small", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "small", help="runs, figures and REPORT.md go here")
     parser.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT,
                         help="a raw Multi30k folder (train/val[/test_*].en/.de[.gz]); when it does not exist, the hub "

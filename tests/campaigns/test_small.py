@@ -19,7 +19,7 @@ import pytest
 import yaml
 from hydra.core.global_hydra import GlobalHydra
 
-from rmsnorm_repro.report import small
+from rmsnorm_repro.campaigns import small
 from rmsnorm_repro.runner import run
 from rmsnorm_repro.tasks.translation.data import load_corpus
 from rmsnorm_repro.train import main, one_line
@@ -137,7 +137,7 @@ def test_make_small_chooses_precision_by_amx_and_passes_the_settings():
     out = subprocess.run(["make", "-n", "small", "SEEDS=1,2", "DATA_ROOT=/x/m30k", "SMALL_JOBS=1", "PRECISION=bf16"],
                          cwd=REPO, capture_output=True, text=True, timeout=30).stdout
     line = " ".join(out.replace("\\\n", " ").split())
-    assert ("-m rmsnorm_repro.report.small --out results/small --data-root /x/m30k --jobs 1 --precision bf16 "
+    assert ("-m rmsnorm_repro.campaigns.small --out results/small --data-root /x/m30k --jobs 1 --precision bf16 "
             "--seeds 1,2") in line
 
 
@@ -256,7 +256,7 @@ def test_timing_one_task_keeps_the_other_tasks_side_by_side_times(tmp_path, monk
     """`make small ARGS="--only transformer"` times the Transformer again; the RNNSearch's earlier side-by-side
     times, and how they were measured, stay for its speed claims."""
     from rmsnorm_repro.bench import steps
-    from rmsnorm_repro.report import demo
+    from rmsnorm_repro.campaigns import demo
 
     (tmp_path / "speed.json").write_text(json.dumps({"how": " (earlier)", "times_ms": {
         "rnnsearch": {"layernorm": [2.0], "rmsnorm": [1.0]}, "transformer": {"layernorm": [9.0], "rmsnorm": [9.0]}}}))

@@ -1,7 +1,7 @@
 """make demo: every table and figure of the paper at scale=mini on synthetic data, offline, on CPU.
 
-    python -m rmsnorm_repro.report.demo                 # train the sweeps, then write the report
-    python -m rmsnorm_repro.report.demo --report-only   # rewrite results/mini/REPORT.md from the runs
+    python -m rmsnorm_repro.campaigns.demo                 # train the sweeps, then write the report
+    python -m rmsnorm_repro.campaigns.demo --report-only   # rewrite results/mini/REPORT.md from the runs
 
 One multirun per sweep (one process, so each task imports once), jobs in parallel through the joblib
 launcher, runs under results/mini/runs/<sweep>/ (rerunning resumes: finished runs only re-evaluate).
@@ -23,13 +23,13 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..paths import configs_dir, repo_dir
-from . import figures as figs
-from . import table1
-from .aggregate import Run, describe_env, load_runs
-from .claims import TASK_ORDER, all_claims, markdown as claims_markdown
+from ..report import figures as figs
+from ..report import table1
+from ..report.aggregate import Run, describe_env, load_runs
+from ..report.claims import TASK_ORDER, all_claims, markdown as claims_markdown
 from ..atomic import atomic_write_text
-from .sweep import TimedBar, job_count
-from .tables import PAGES, render_page
+from ..report.sweep import TimedBar, job_count
+from ..report.tables import PAGES, render_page
 
 ROOT = repo_dir() or Path.cwd()  # the checkout (results/mini is committed there), else where it is run
 
@@ -177,7 +177,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
     runs = {sweep.name: runs_of(runs_root, sweep.name) for sweep in SWEEPS}
     everything = [run for group in runs.values() for run in group]
     lines = ["# Root Mean Square Layer Normalization: the mini reproduction", "",
-             f"Written by `make demo` (`python -m rmsnorm_repro.report.demo`) from {len(everything)} runs under "
+             f"Written by `make demo` (`python -m rmsnorm_repro.campaigns.demo`) from {len(everything)} runs under "
              f"`{runs_root.relative_to(out)}/`, the last finished {finished_at(everything)}.  ",
              f"Machine: {describe_env(everything)}.", "",
              "Everything here is scale=mini: models a few hundred times smaller than the paper's, trained for a few "
@@ -220,7 +220,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmsnorm_repro.report.demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rmsnorm_repro.campaigns.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "mini", help="runs, figures and REPORT.md go here")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (one core each)")
     parser.add_argument("--max-minutes", type=float, default=3.0, help="wall-clock cap per run (train.max_minutes)")
