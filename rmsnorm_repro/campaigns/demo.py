@@ -11,27 +11,22 @@ claims whether it holds at this scale (report/claims.py), with the numbers.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..paths import configs_dir, repo_dir
+from ..atomic import atomic_write_text
+from ..paths import configs_dir
 from ..report import figures as figs
 from ..report import table1
-from ..report.aggregate import Run, describe_env, load_runs
+from ..report.aggregate import describe_env
 from ..report.claims import TASK_ORDER, all_claims, markdown as claims_markdown
-from ..atomic import atomic_write_text
 from ..report.sweep import TimedBar, job_count
 from ..report.tables import PAGES, render_page
-
-ROOT = repo_dir() or Path.cwd()  # the checkout (results/mini is committed there), else where it is run
+from .common import (ROOT, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of, save_timings,
+                     timings_table)
 
 
 @dataclass(frozen=True)
@@ -79,96 +74,6 @@ def run_sweep(sweep: Sweep, runs_root: Path, logs: Path, jobs: int, max_minutes:
                "data=synthetic", "launcher=joblib", f"hydra.launcher.n_jobs={jobs}",
                f"hydra.sweep.dir={runs_root / sweep.name}", f"train.max_minutes={max_minutes}", *sweep.overrides]
     return run_logged(command, logs / f"{sweep.name}.log", threads=1)
-
-
-def run_logged(command: list[str], log_path: Path, threads: int) -> tuple[int, float]:
-    """Run a training command offline with `threads` OpenMP threads a process, its output into log_path
-    (the command on the first line); returns (exit code, seconds)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
-           "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with open(log_path, "w") as log:
-        log.write(" ".join(command) + "\n")
-        log.flush()
-        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-    return code, time.perf_counter() - start
-
-
-def runs_of(runs_root: Path, sweep: str) -> list[Run]:
-    """The runs of one sweep directory, each (group, seed) once; [] when it does not exist."""
-    path = runs_root / sweep
-    return figs.unique_runs(load_runs(path)) if path.is_dir() else []
-
-
-def _timings_file(out: Path) -> Path:
-    return out / "runs" / "logs" / "timings.json"
-
-
-def load_timings(out: Path) -> dict[str, tuple[int, float]]:
-    """Each sweep's (exit code, seconds) from its last training, so --report-only keeps the table."""
-    try:
-        return {k: (int(v[0]), float(v[1])) for k, v in json.loads(_timings_file(out).read_text()).items()}
-    except (OSError, ValueError, TypeError, IndexError):
-        return {}
-
-
-def save_timings(out: Path, timings: dict[str, tuple[int, float]]) -> None:
-    path = _timings_file(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps({k: [code, round(seconds, 1)] for k, (code, seconds) in timings.items()}, indent=1) + "\n")
-
-
-def measure_speed(out: Path, tasks: list[str], scale: str, overrides: list[str], threads: int) -> None:
-    """Step times of LayerNorm, RMSNorm and pRMSNorm measured side by side at the runs' sizes and thread
-    count (bench.steps.side_by_side) into <out>/speed.json: what the speed claims are judged on. Other
-    tasks' earlier measurements stay, each with its own description."""
-    import torch
-
-    from ..bench import steps
-    from ..runner.setup import cpu_name
-
-    rounds, count = 3, 4
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        times = steps.side_by_side(tasks, ["layernorm", "rmsnorm", "prmsnorm"], scale, overrides, rounds, count)
-    finally:
-        torch.set_num_threads(before)
-    how = (f" (one process, {threads} thread(s), scale={scale} sizes and batches, the norms in turn on the same "
-           f"batches, {rounds} rounds x {count} steps each; {cpu_name()}, {datetime.now(timezone.utc):%Y-%m-%d})")
-    kept_times, kept_how = load_speed(out)
-    kept = {task: (t, kept_how.get(task, "")) for task, t in (kept_times or {}).items() if task not in times}
-    atomic_write_text(out / "speed.json", json.dumps({
-        "how": {**{task: h for task, (_, h) in kept.items()}, **{task: how for task in times}},
-        "times_ms": {**{task: t for task, (t, _) in kept.items()}, **times}}, indent=1) + "\n")
-
-
-def load_speed(out: Path) -> tuple[dict[str, dict[str, list[float]]] | None, dict[str, str]]:
-    """<out>/speed.json's step times and, per task, how they were measured; (None, {}) when absent or
-    unreadable. A file from before per-task descriptions (one for all) reads as that one for each."""
-    try:
-        data = json.loads((out / "speed.json").read_text())
-        times, how = data["times_ms"], data["how"]
-        return times, {task: how for task in times} if isinstance(how, str) else {k: str(v) for k, v in how.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None, {}
-
-
-def finished_at(runs: list[Run]) -> str:
-    """When the newest of the runs finished (its summary.json), so rewriting the report from the
-    same runs writes the same text."""
-    times = [(r.path / "summary.json").stat().st_mtime for r in runs if (r.path / "summary.json").exists()]
-    return f"{datetime.fromtimestamp(max(times), timezone.utc):%Y-%m-%d %H:%M} UTC" if times else "never"
-
-
-def timings_table(timings: dict) -> list[str]:
-    """Markdown lines of how long each sweep took (name -> (exit code, seconds)); none without timings."""
-    if not timings:
-        return []
-    return ["", "| sweep | exit code | minutes |", "|---|---|---|",
-            *(f"| {name} | {code} | {seconds / 60:.1f} |" for name, (code, seconds) in timings.items()),
-            f"| total | | {sum(s for _, s in timings.values()) / 60:.1f} |"]
 
 
 def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
