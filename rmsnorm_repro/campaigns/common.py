@@ -1,10 +1,13 @@
 """What the campaigns share: a training command run with its log, each sweep's time (timings.json), the
-side-by-side step times the speed claims are judged on (speed.json), and the header lines of a report."""
+side-by-side step times the speed claims are judged on (speed.json), a report's header lines, and the
+progress bar over a campaign's sweeps (TimedBar)."""
 from __future__ import annotations
 
 import json
 import os
+import contextlib
 import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -105,3 +108,58 @@ def timings_table(timings: dict) -> list[str]:
     return ["", "| sweep | exit code | minutes |", "|---|---|---|",
             *(f"| {name} | {code} | {seconds / 60:.1f} |" for name, (code, seconds) in timings.items()),
             f"| total | | {sum(s for _, s in timings.values()) / 60:.1f} |"]
+
+
+class TimedBar:
+    """A tqdm bar with an ETA over steps of estimated seconds (the sweeps of `make demo` or `make small`):
+    within a step it moves with the clock, never past that step's estimate; a finished step jumps to its end.
+
+        with TimedBar({"rnnsearch": 380.0, "reader": 50.0}, "demo") as bar:
+            with bar.step("rnnsearch"):
+                train()
+    """
+
+    TICK_S = 2.0
+
+    def __init__(self, estimates: dict[str, float], desc: str):
+        from tqdm import tqdm
+
+        self.estimates, self.done_s = estimates, 0.0
+        self.bar = tqdm(total=max(1, round(sum(estimates.values()))), desc=desc, unit="s", file=sys.stderr,
+                        dynamic_ncols=True,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} so far, about {remaining} left{postfix}")
+
+    def __enter__(self) -> "TimedBar":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+    @contextlib.contextmanager
+    def step(self, name: str):
+        import threading
+
+        self.bar.set_postfix_str(name)
+        stop, start = threading.Event(), time.monotonic()
+
+        def tick() -> None:
+            while not stop.wait(self.TICK_S):
+                self._show(min(time.monotonic() - start, self.estimates[name]))
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+            self.done_s += self.estimates[name]
+            self._show(0.0)
+
+    def _show(self, within_step: float) -> None:
+        self.bar.n = min(self.bar.total, round(self.done_s + within_step))
+        self.bar.refresh()
+
+    def write(self, line: str) -> None:
+        """A line above the bar (a sweep's outcome), not through it."""
+        self.bar.write(line, file=sys.stderr)

@@ -23,10 +23,10 @@ from ..report import figures as figs
 from ..report import table1
 from ..report.aggregate import describe_env
 from ..report.claims import TASK_ORDER, all_claims, markdown as claims_markdown
-from ..report.sweep import TimedBar, job_count
+from ..launchers.sweep import job_count
 from ..report.tables import PAGES, render_page
-from .common import (ROOT, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of, save_timings,
-                     timings_table)
+from .common import (ROOT, TimedBar, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of,
+                     save_timings, timings_table)
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,9 @@ from ..report import figures as figs
 from ..report.aggregate import TRAIN_LOSS, Group, Run, describe_env, group_runs
 from ..report.claims import Claim, convergence_claim, match_claims, speed_claims, transformer_baseline_claim
 from ..report.claims import markdown as claims_markdown
-from .common import (ROOT, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of, save_timings,
-                     timings_table)
+from .common import (ROOT, TimedBar, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of,
+                     save_timings, timings_table)
 from ..report.significance import bootstrap_notes
-from ..report.sweep import TimedBar
 from ..atomic import atomic_write_text
 from ..paths import configs_dir
 from ..record import ABSENT, flatten, shown_source

@@ -1,1 +1,2 @@
-"""Hydra launchers of the suite's own: `launcher=slurm` (slurm.py)."""
+"""Hydra launchers and callbacks of the suite's own: `launcher=slurm` (slurm.py), the multirun progress
+and compare table (sweep.py)."""

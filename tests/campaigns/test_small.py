@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
 from rmsnorm_repro.campaigns import small
 from rmsnorm_repro.runner import run
@@ -266,3 +267,55 @@ def test_timing_one_task_keeps_the_other_tasks_side_by_side_times(tmp_path, monk
     times, how = demo.load_speed(tmp_path)
     assert times == {"rnnsearch": {"layernorm": [2.0], "rmsnorm": [1.0]}, "transformer": {"layernorm": [4.0], "rmsnorm": [3.0]}}
     assert how["rnnsearch"] == " (earlier)" and how["transformer"].startswith(" (one process, 1 thread(s), scale=small")
+
+
+def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path, monkeypatch, capsys):
+    ran, timed = [], []
+    monkeypatch.setattr(small, "run_logged", lambda command, log, threads: ran.append(command) or (0, 2.0))
+    monkeypatch.setattr(small, "write_report", lambda out, timings: out / "REPORT.md")
+    monkeypatch.setattr(small, "measure_speed", lambda *args: timed.append(args))
+    monkeypatch.setattr(small, "REFERENCE_RUNS", tmp_path / "no-committed-runs")
+    (tmp_path / "small" / "runs" / "rnnsearch").mkdir(parents=True)  # as the sweep would leave it
+    args = ["--out", str(tmp_path / "small"), "--seeds", "1,2", "--jobs", "2", "--threads", "1", "--precision", "fp32"]
+    assert small.main(args) == 0
+    out = capsys.readouterr().out
+    # 2 models x 4 norms x 2 seeds; each model's 8 runs two at a time: 4 rounds of RUN_MINUTES
+    expected = 2 * 4 * small.RUN_MINUTES
+    assert (f"small: 16 runs (rnnsearch and transformer x none, layernorm, rmsnorm, prmsnorm x seeds 1,2) into "
+            f"{tmp_path / 'small' / 'runs'}, 2 at a time with 1 thread(s) each, fp32, on ") in out
+    assert (f"; about {expected:.0f} minutes: rnnsearch {small.RUN_MINUTES:.1f} min a run (no run timed yet: the "
+            "recipe's estimate), 8 to train") in out
+    assert len(ran) == 2 and len(timed) == 1 and timed[0][2] == "small"  # then the side-by-side step times
+
+    # two runs of today's recipe finished in 10 minutes each, one of an earlier recipe (other steps) in 30: it is
+    # finished, but times nothing; rnnsearch's plan is the 5 left, 3 rounds of 10 minutes
+    recipe = small.recipe_values("rnnsearch")
+    for norm, seed, steps, wall_s in (("none", 1, recipe["train.steps"], 600.0), ("layernorm", 1, recipe["train.steps"], 600.0),
+                                      ("none", 2, 2 * recipe["train.steps"], 1800.0)):
+        run = tmp_path / "small" / "runs" / "rnnsearch" / f"{norm}-p1.0-s{seed}"
+        run.mkdir()
+        config = OmegaConf.create({"task": {"name": "rnnsearch"}, "norm": {"name": norm, "p": 1.0}, "seed": seed})
+        for key, value in {**recipe, "train.steps": steps}.items():
+            OmegaConf.update(config, key, value)
+        (run / "config.yaml").write_text(OmegaConf.to_yaml(config))
+        (run / "summary.json").write_text(json.dumps({"task": "rnnsearch", "norm": norm, "p": 1.0, "seed": seed,
+                                                      "status": "completed", "steps": steps, "final": {},
+                                                      "wall_s": wall_s, "env": {"device_name": "AMD EPYC"}}))
+    assert small.main(args) == 0
+    out = capsys.readouterr().out
+    assert (f"about {30 + 4 * small.RUN_MINUTES:.0f} minutes: rnnsearch 10.0 min a run (mean of 2 earlier runs here, "
+            "AMD EPYC), 5 to train") in out
+
+    # every run of rnnsearch finished (records kept without their weights, as results/small/runs): its sweep
+    # is not started at all, so nothing a sweep job could refuse or retrain (another precision) is asked of it
+    for norm in small.NORMS:
+        for seed in (1, 2):
+            run = tmp_path / "small" / "runs" / "rnnsearch" / f"{norm}-p1.0-s{seed}"
+            run.mkdir(exist_ok=True)
+            (run / "config.yaml").write_text(f"task: {{name: rnnsearch}}\nnorm: {{name: {norm}, p: 1.0}}\nseed: {seed}\n")
+            (run / "summary.json").write_text(json.dumps({"task": "rnnsearch", "norm": norm, "p": 1.0, "seed": seed,
+                                                          "status": "completed", "steps": 100, "final": {},
+                                                          "wall_s": 600.0}))
+    ran.clear()
+    assert small.main(args + ["--only", "rnnsearch"]) == 0
+    assert ran == [] and "every run under" in capsys.readouterr().out

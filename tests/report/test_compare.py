@@ -169,7 +169,7 @@ def test_a_real_sweep_folder(tmp_path: Path, capsys):
     proc = cli("-m", "task=tiny", "norm=layernorm,rmsnorm", "seed=1,2", *FAST, f"hydra.sweep.dir={tmp_path / 'sweep'}",
                f"paths.runs_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # it said what it would run, counted the runs, and its end printed the table (report/sweep.py)
+    # it said what it would run, counted the runs, and its end printed the table (launchers/sweep.py)
     assert f"sweep: 4 runs over norm x seed into {tmp_path / 'sweep'}, 1 at a time (BasicLauncher)" in proc.stderr
     assert "sweep: 1/4 runs done in " in proc.stderr and "sweep: 4/4 runs done in " in proc.stderr
     at_end = rows(proc.stdout, "group")

@@ -5,8 +5,7 @@ prints one line (how many runs, over which keys, where, how many at a time); aft
 ends in this process (the basic launcher's, which runs jobs one after the other) a line with the
 runs done, the time so far and an estimate of the time left; at the end the compare table of the
 sweep folder (report/compare.py), printed. Each run draws its own
-progress bar with its ETA (runner/console.py). `TimedBar` is the bar of the commands that run
-several sweeps (`make demo`, `make small`).
+progress bar with its ETA (runner/console.py).
 
     job_count({"norm": "layernorm,rmsnorm", "seed": "1,2,3"})   # 6
 """
@@ -22,8 +21,6 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
-
-from . import compare
 
 
 def job_count(params: dict[str, Any]) -> tuple[int, list[str]]:
@@ -79,6 +76,8 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         # printed only: a folder of its own in the sweep folder would sit among the job folders
+        from ..report import compare  # here, not at the top: training imports this module, and compare loads plotting
+
         sweep = Path(config.hydra.sweep.dir)
         try:
             text = compare.render(compare.compare([str(sweep)]), Path.cwd())
@@ -87,58 +86,3 @@ class SweepCallback(Callback):
             return
         print(text, flush=True)
         print(f"(`rmsnorm-report compare {_shown(sweep)}` writes this page and its curves)", file=sys.stderr, flush=True)
-
-
-class TimedBar:
-    """A tqdm bar with an ETA over steps of estimated seconds (the sweeps of `make demo` or `make small`):
-    within a step it moves with the clock, never past that step's estimate; a finished step jumps to its end.
-
-        with TimedBar({"rnnsearch": 380.0, "reader": 50.0}, "demo") as bar:
-            with bar.step("rnnsearch"):
-                train()
-    """
-
-    TICK_S = 2.0
-
-    def __init__(self, estimates: dict[str, float], desc: str):
-        from tqdm import tqdm
-
-        self.estimates, self.done_s = estimates, 0.0
-        self.bar = tqdm(total=max(1, round(sum(estimates.values()))), desc=desc, unit="s", file=sys.stderr,
-                        dynamic_ncols=True,
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} so far, about {remaining} left{postfix}")
-
-    def __enter__(self) -> "TimedBar":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.close()
-
-    @contextlib.contextmanager
-    def step(self, name: str):
-        import threading
-
-        self.bar.set_postfix_str(name)
-        stop, start = threading.Event(), time.monotonic()
-
-        def tick() -> None:
-            while not stop.wait(self.TICK_S):
-                self._show(min(time.monotonic() - start, self.estimates[name]))
-
-        ticker = threading.Thread(target=tick, daemon=True)
-        ticker.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            ticker.join()
-            self.done_s += self.estimates[name]
-            self._show(0.0)
-
-    def _show(self, within_step: float) -> None:
-        self.bar.n = min(self.bar.total, round(self.done_s + within_step))
-        self.bar.refresh()
-
-    def write(self, line: str) -> None:
-        """A line above the bar (a sweep's outcome), not through it."""
-        self.bar.write(line, file=sys.stderr)
