@@ -57,7 +57,7 @@ small: install
 # Table 1 is computed, not trained: refreshes the committed results/tables/table1.md, exit 1 unless
 # 30/30 cells match.
 table1: install
-	$(PY) -m rmsnorm_repro.report.table1 --out results/tables/table1.md
+	$(PY) -m rmsnorm_repro.norms.table1 --out results/tables/table1.md
 
 # Paper tables and figures: `make table4 [SCALE=paper] [SEEDS=1,2] [LAUNCHER=joblib] [DATA=...] [ARGS="k=v ..."]`
 # runs the experiment preset's multirun (configs/experiment/<target>.yaml), then the report, which

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from rmsnorm_repro import paths
-from rmsnorm_repro.report import table1 as t1
+from rmsnorm_repro.norms import table1 as t1
 from rmsnorm_repro.report.__main__ import main as report_main
 from runner_fixtures.helpers import REPO
 from runner_fixtures.fake_runs import write_fake_runs
@@ -97,7 +97,7 @@ def test_the_report_writes_beside_its_runs_unless_told(tmp_path):
     assert "![fig1](figures/fig1.png)" in (runs / "report" / "table2.md").read_text()
     # the make targets that refresh committed pages say where they write
     makefile = (REPO / "Makefile").read_text()
-    assert "-m rmsnorm_repro.report.table1 --out results/tables/table1.md" in makefile
+    assert "-m rmsnorm_repro.norms.table1 --out results/tables/table1.md" in makefile
     assert "--table $@ \\\n\t\t--out results/tables --figures results/figures" in makefile
     assert "-m rmsnorm_repro.campaigns.demo --out results/mini" in makefile
 

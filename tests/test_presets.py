@@ -5,7 +5,7 @@ seed=1, each task shrunk by tests/tiny_sizes.py; so a preset (or a norm inside o
 fails here. Presets that train the same sweep (table3/table5/fig1 read table2's runs, table8 table7's,
 table10 table9's) run it once and each report renders on that one directory. Both translation tasks
 are in: rnnsearch (table2, fig3, fig4) and transformer (table4). table1 is computed, not trained
-(`python -m rmsnorm_repro.report.table1`); its preset trains the five methods on convpool.
+(`python -m rmsnorm_repro.norms.table1`); its preset trains the five methods on convpool.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_preset_runs_every_norm_and_its_report_renders(preset, sweep, tmp_path):
 
     sweep_dir = next(runs.rglob("multirun.yaml")).parent
     if preset == "table1":  # the table itself is computed; the trained methods read as convpool's pages
-        table1 = subprocess.run([sys.executable, "-m", "rmsnorm_repro.report.table1", "--out", str(tmp_path / "t1.md")],
+        table1 = subprocess.run([sys.executable, "-m", "rmsnorm_repro.norms.table1", "--out", str(tmp_path / "t1.md")],
                                 env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
         assert table1.returncode == 0, table1.stdout[-2000:] + table1.stderr[-2000:]
         assert "cells match the paper" in (tmp_path / "t1.md").read_text()

@@ -18,12 +18,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..atomic import atomic_write_text
+from ..launchers.sweep import job_count
+from ..norms import table1
 from ..paths import configs_dir
 from ..report import figures as figs
-from ..report import table1
 from ..report.aggregate import describe_env
 from ..report.claims import TASK_ORDER, all_claims, markdown as claims_markdown
-from ..launchers.sweep import job_count
 from ..report.tables import PAGES, render_page
 from .common import (ROOT, TimedBar, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of,
                      save_timings, timings_table)

@@ -62,8 +62,8 @@ def _fmt(stat: Stat | None, digits: int = 2) -> str:
 
 
 def table1_claims() -> list[Claim]:
-    """Each method's row of Table 1, computed by report/table1.py, cell by cell against the paper."""
-    from . import table1
+    """Each method's row of Table 1, computed by norms/table1.py, cell by cell against the paper."""
+    from ..norms import table1
 
     changes, paper = table1.compute(), table1.read_paper()
     claims = []

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rmsnorm_repro.norms import build_normalization
-from rmsnorm_repro.report import table1 as t1
+from rmsnorm_repro.norms import table1 as t1
 
 CELLS = len(t1.METHODS) * len(t1.TRANSFORMATIONS)
 
@@ -113,7 +113,7 @@ def test_the_layer_is_built_by_the_factory():
 def test_runs_as_a_module(tmp_path):
     out = tmp_path / "table1.md"
     run = subprocess.run(
-        [sys.executable, "-m", "rmsnorm_repro.report.table1", "--out", str(out), "--seed", "3"],
+        [sys.executable, "-m", "rmsnorm_repro.norms.table1", "--out", str(out), "--seed", "3"],
         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert run.returncode == 0, run.stderr

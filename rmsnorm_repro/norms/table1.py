@@ -1,6 +1,6 @@
 """Table 1 of the paper, computed: which transformations leave a normalized layer's output unchanged.
 
-    python -m rmsnorm_repro.report.table1        # or: make table1
+    python -m rmsnorm_repro.norms.table1        # or: make table1
 
 For each method we build one layer through the norm factory, h = norm(W x) (WeightNorm:
 h = g (v.x) / ||v|| + b; BatchNorm with the statistics of the batch), draw random parameters and
@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from ..atomic import atomic_write_text
-from ..norms import Normalization, build_normalization
+from . import Normalization, build_normalization
 from ..paths import paper_dir, repo_dir
 
 PAPER_CSV = paper_dir() / "table1.csv"
@@ -208,7 +208,7 @@ def render(changes: dict[str, dict[str, float]], paper: dict[str, dict[str, str]
         "|---" * (len(TRANSFORMATIONS) + 1) + "|",
         *rows,
         "",
-        "Transformations (rmsnorm_repro/report/table1.py):",
+        "Transformations (rmsnorm_repro/norms/table1.py):",
         "",
         *(f"- {t.title}: {t.apply.__doc__.splitlines()[0]}" for t in TRANSFORMATIONS),
         "",
