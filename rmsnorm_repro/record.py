@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from .redact import is_secret_key
+
 # summary.json and the checkpoints carry this; summaries without it were written before it existed
 # (version 1: the same keys) and are read as such. Raise it when a key changes meaning.
 RECORD_VERSION = 2
@@ -88,8 +90,6 @@ def _key(line: str) -> str:
 
 def _named(overrides: Iterable[str] | None, excluded: set[str]) -> list[str]:
     """The override lines that name a folder: not excluded, and never a secret-looking key."""
-    from .runner.config import is_secret_key  # lazy: only when a folder is named
-
     return [str(line) for line in overrides or () if _key(line) not in excluded and not is_secret_key(_key(line))]
 
 

@@ -28,8 +28,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from . import record
 from .paths import configs_dir
-from .runner import ConfigError, run
-from .runner.config import scrub_yaml_file
+from .errors import ConfigError
+from .redact import scrub_yaml_file
+from .runner import run
 from .runner.signals import forward_to_workers, in_sweep_worker, park_if_sweep_stops
 
 

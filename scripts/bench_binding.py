@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from rmsnorm_repro.norms import RMSNorm, formulas, fused
 from rmsnorm_repro.norms.fused import cpu
-from rmsnorm_repro.runner.setup import cpu_name
+from rmsnorm_repro.host import cpu_name
 
 NS = "rmsnorm_repro_bench"
 

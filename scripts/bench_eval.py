@@ -27,9 +27,10 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
+from rmsnorm_repro.host import cpu_name
 from rmsnorm_repro.paths import configs_dir
 from rmsnorm_repro.runner.optim import build_optimizer
-from rmsnorm_repro.runner.setup import cpu_name, normalization, task_class
+from rmsnorm_repro.runner.setup import normalization, task_class
 from rmsnorm_repro.runner.step import train_step
 from rmsnorm_repro.tasks.translation import beam
 from rmsnorm_repro.tasks.translation.data import eval_batches, subset

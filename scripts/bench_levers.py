@@ -37,7 +37,7 @@ import torch
 from rmsnorm_repro import allocator
 from rmsnorm_repro.bench.floor import rnnsearch_parts, small_sizes, step_row
 from rmsnorm_repro.nn import LoopLinear, NormGRU, NormGRUCell, cross_entropy
-from rmsnorm_repro.runner.setup import cpu_name
+from rmsnorm_repro.host import cpu_name
 from rmsnorm_repro.tasks.translation.rnnsearch import RNNSearch
 
 LOOP_LINEAR_CALL = LoopLinear.__call__

@@ -135,7 +135,7 @@ def main() -> None:
             or not set(tasks) <= set(SIZE_KEYS):
         raise SystemExit("bench_versions: give --rev REV, --data-root (an existing Multi30k folder), --rounds >= 1 "
                          f"and --tasks from {', '.join(SIZE_KEYS)}")
-    from rmsnorm_repro.runner.setup import cpu_name
+    from rmsnorm_repro.host import cpu_name
 
     data = ["data=multi30k", f"data.root={Path(args.data_root).resolve()}", *rest]
     with tempfile.TemporaryDirectory() as tmp:

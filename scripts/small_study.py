@@ -27,11 +27,12 @@ from omegaconf import OmegaConf
 
 from rmsnorm_repro import allocator
 from rmsnorm_repro.atomic import atomic_write_text
+from rmsnorm_repro.host import cpu_name
 from rmsnorm_repro.report.aggregate import load_runs
 from rmsnorm_repro.report.figures import NORM_COLORS, PNG_METADATA
 from rmsnorm_repro.runner.checkpoint import seed_everything
 from rmsnorm_repro.runner.optim import build_optimizer
-from rmsnorm_repro.runner.setup import cpu_name, normalization, task_class
+from rmsnorm_repro.runner.setup import normalization, task_class
 from rmsnorm_repro.runner.step import train_step
 
 # runs that started before summaries recorded batches_per_epoch: 28,000 training pairs (1,000 held out)

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from .. import allocator
-from ..runner.setup import cpu_name
+from ..host import cpu_name
 from .tables import environment, write_table
 
 

@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
     from .. import allocator
-    from ..runner.setup import cpu_name
+    from ..host import cpu_name
     from .tables import environment, write_table
 
     ap = argparse.ArgumentParser(prog="python -m rmsnorm_repro.bench floor", description=__doc__.splitlines()[0])

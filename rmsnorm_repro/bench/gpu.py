@@ -279,7 +279,7 @@ def markdown(exact: list[dict], checks: list[dict], kernels: list[dict], step_ro
 def device_label(device: str) -> str:
     if device == "cuda":
         return torch.cuda.get_device_name(0)
-    from ..runner.setup import cpu_name
+    from ..host import cpu_name
 
     return f"{cpu_name()} (Triton interpreted)" if triton_rmsnorm._interpreting() else cpu_name()
 

@@ -107,7 +107,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(pairs: list[str], out: str = "results/speed") -> int:
-    from ..runner.setup import cpu_name
+    from ..host import cpu_name
 
     opts = dict(p.split("=", 1) for p in pairs if "=" in p)
     bad = [p for p in pairs if "=" not in p] + [k for k in opts if k not in ("task", "scale", "device", "steps", "batch_fraction")]

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from .. import allocator
-from ..runner.setup import cpu_name
+from ..host import cpu_name
 
 
 def environment(args) -> dict:

@@ -65,7 +65,7 @@ def measure_speed(out: Path, tasks: list[str], scale: str, overrides: list[str],
     import torch
 
     from ..bench import steps
-    from ..runner.setup import cpu_name
+    from ..host import cpu_name
 
     rounds, count = 3, 4
     before = torch.get_num_threads()

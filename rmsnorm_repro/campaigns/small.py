@@ -30,20 +30,19 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from ..atomic import atomic_write_text
+from ..host import cpu_bf16_matmul, cpu_name
+from ..paths import configs_dir
+from ..record import ABSENT, flatten, shown_source
 from ..report import figures as figs
 from ..report.aggregate import TRAIN_LOSS, Group, Run, describe_env, group_runs
 from ..report.claims import Claim, convergence_claim, match_claims, speed_claims, transformer_baseline_claim
 from ..report.claims import markdown as claims_markdown
+from ..report.significance import bootstrap_notes
+from ..report.tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
+from ..runner.optim import describe_schedule
 from .common import (ROOT, TimedBar, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of,
                      save_timings, timings_table)
-from ..report.significance import bootstrap_notes
-from ..atomic import atomic_write_text
-from ..paths import configs_dir
-from ..record import ABSENT, flatten, shown_source
-from ..runner import precision
-from ..runner.optim import describe_schedule
-from ..runner.setup import cpu_name
-from ..report.tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
 
 TASKS = ("rnnsearch", "transformer")
 NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
@@ -341,7 +340,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
 
 def default_precision() -> str:
     """bf16 where the CPU has AMX (fast bf16 matrix products), else fp32."""
-    return "bf16" if precision.cpu_bf16_matmul() == "amx" else "fp32"
+    return "bf16" if cpu_bf16_matmul() == "amx" else "fp32"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,7 +83,7 @@ def log_to_wandb(written: dict[str, Path], drawn: dict[str, Path | None], runs_d
     """One wandb run (job_type "report") holding each page's tables and figures; returns its directory."""
     from omegaconf import OmegaConf
 
-    from ..runner.wandb_logger import wandb_mode  # checks an online mode's key and reachability first
+    from ..wandb_access import wandb_mode  # checks an online mode's key and reachability first
 
     mode = wandb_mode(OmegaConf.create({"mode": mode}))
     import wandb

@@ -65,11 +65,11 @@ def spec(workspace: Any) -> dict[str, Any]:
 
 def offline_reason(force: bool) -> str | None:
     """Why the views cannot be saved now (None: they can): asked to stay offline, or wandb's online
-    checks (a key, a server that answers; runner/wandb_logger.wandb_mode) fail."""
+    checks (a key, a server that answers; wandb_access.wandb_mode) fail."""
     from omegaconf import OmegaConf
 
-    from ..runner.config import ConfigError
-    from ..runner.wandb_logger import wandb_mode
+    from ..errors import ConfigError
+    from ..wandb_access import wandb_mode
 
     if force or os.environ.get("WANDB_MODE") in ("offline", "disabled", "dryrun"):
         return "offline (--offline or WANDB_MODE)"

@@ -24,7 +24,7 @@ import torch
 
 from .. import record
 from ..atomic import atomic_path
-from .config import ConfigError
+from ..errors import ConfigError
 from .console import log
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Checks of a composed run config, and secret scrubbing (the resume guard's rules: rmsnorm_repro/record.py).
+"""Checks of a composed run config (the resume guard's rules: rmsnorm_repro/record.py).
 
 Everything here turns bad input into a `ConfigError` whose message is one line: what is wrong and
 what to do. The entry point prints it without a traceback.
@@ -6,7 +6,6 @@ what to do. The entry point prints it without a traceback.
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -14,19 +13,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from .. import allocator
-from ..atomic import atomic_write_text
+from ..errors import ConfigError
 
 SCHEDULES = ("constant", "inverse_sqrt", "linear_decay")
 OPTIMIZERS = ("adam", "adamw")
 # optim.clip_mode: how optim.clip is applied (runner/step.py clip_gradients)
 CLIP_MODES = ("global", "per_tensor", "global_sqrt")
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
-SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"}
-REDACTED = "<redacted>"
-
-
-class ConfigError(ValueError):
-    """Bad user input: reported as one line, exit code 2, no traceback."""
 
 
 def _get(cfg: DictConfig, key: str) -> Any:
@@ -133,40 +126,3 @@ def check_data_root(cfg: DictConfig) -> None:
         hint = ", or data.download=true where there is network" if "download" in data else ""
         raise ConfigError(f"data.root={data.root} does not exist: put the {data.name} files there "
                           f"or point data.root at them{hint}")
-
-
-# Secrets ---------------------------------------------------------------------------------------
-def is_secret_key(key: str) -> bool:
-    """wandb_api_key, HF_TOKEN, apiKey: yes; max_tokens, batch_tokens: no (whole words only)."""
-    return any(word in SECRET_WORDS for word in re.split(r"[_.\-]", str(key).lower()))
-
-
-def _secret_values() -> list[str]:
-    """Values of secret-looking environment variables (e.g. WANDB_API_KEY), to redact wherever they appear."""
-    return [v for k, v in os.environ.items() if is_secret_key(k) and len(v) >= 8]
-
-
-def scrub(node: Any, secrets: list[str] | None = None) -> Any:
-    """A copy of a plain config tree with secret-looking keys and known secret values redacted."""
-    secrets = _secret_values() if secrets is None else secrets
-    if isinstance(node, dict):
-        return {k: REDACTED if is_secret_key(k) else scrub(v, secrets) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return [scrub(v, secrets) for v in node]
-    if isinstance(node, str):
-        # `key=value` strings (Hydra's override lists) carry secrets too
-        node = re.sub(r"([\w.+~-]+)=([^,\s]*)",
-                      lambda m: f"{m[1]}={REDACTED}" if is_secret_key(m[1].lstrip("+~")) else m[0], node)
-        for s in secrets:
-            node = node.replace(s, REDACTED)
-    return node
-
-
-def scrub_yaml_file(path: Path) -> None:
-    """Rewrite one of Hydra's own yaml files (.hydra/*, multirun.yaml) without secrets: they hold the raw overrides."""
-    if not path.exists():
-        return
-    tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    clean = scrub(tree)
-    if clean != tree:  # parallel jobs of a sweep may share the file: write only when needed, atomically
-        atomic_write_text(path, OmegaConf.to_yaml(OmegaConf.create(clean)))

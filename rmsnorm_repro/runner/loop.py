@@ -23,10 +23,11 @@ from omegaconf import DictConfig
 
 from .. import allocator, record
 from ..atomic import atomic_write_text
+from ..errors import ConfigError
+from ..redact import scrub
 from ..tasks.base import EvaluationInterrupted
 from . import checkpoint, distributed
 from .checkpoint import TrainState
-from .config import ConfigError, scrub
 from .console import Progress, end_of_run_block, log
 from .files import write_json
 from .setup import Run, build, environment, prepare

@@ -22,14 +22,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import allocator, record
 from ..atomic import atomic_write_text
+from ..errors import ConfigError
+from ..host import cpu_name
 from ..norms import Normalization, build_normalization
+from ..redact import scrub
+from ..wandb_access import wandb_mode
 from ..tasks import TASKS, Task, get_task_class
 from . import checkpoint, distributed, precision
 from .checkpoint import TrainState, seed_everything
-from .config import ConfigError, check_config, check_data_root, scrub
+from .config import check_config, check_data_root
 from .console import log
 from .files import MetricsFile
-from .wandb_logger import WandbLogger, wandb_mode
+from .wandb_logger import WandbLogger
 from .optim import beta1_switch, build_optimizer, build_schedule, first_schedule_difference
 
 
@@ -349,15 +353,3 @@ def environment(run: Run) -> dict[str, Any]:
         "python": platform.python_version(),
         "world_size": run.world.world_size,
     }
-
-
-def cpu_name() -> str:
-    """The CPU model for the report's hardware line (platform.processor() is empty on Linux)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

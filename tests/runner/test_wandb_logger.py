@@ -1,20 +1,17 @@
 """wandb as a researcher uses it: declared metrics with their best in the summary, job type and tags,
 wall-clock and throughput, one wandb run per run directory across resumes, the README's sync command
-matching a sweep's offline folders, login detection through wandb's own API, a fast one-line failure
-online without a server, and the report's tables logged beside the runs.
+matching a sweep's offline folders, and the report's tables logged beside the runs (the online checks:
+tests/test_wandb_access.py).
 
-Nothing here reaches the network: runs are offline (or a stand-in module), and the online checks talk
-to a port on 127.0.0.1 that refuses or never answers.
+Nothing here reaches the network: runs are offline (or a stand-in module).
 """
 from __future__ import annotations
 
 import glob
 import json
 import re
-import socket
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -24,7 +21,7 @@ from omegaconf import OmegaConf
 
 from rmsnorm_repro.report.__main__ import main as report_main
 from rmsnorm_repro.report.__main__ import markdown_tables
-from rmsnorm_repro.runner import ConfigError, run
+from rmsnorm_repro.runner import run
 from rmsnorm_repro.runner import wandb_logger
 from rmsnorm_repro.train import main
 from runner_fixtures.helpers import REPO, cli_args, read_summary, tiny
@@ -97,59 +94,6 @@ def test_wall_clock_throughput_and_summary_reach_wandb(tmp_path, fake_wandb):
     summary = logger.run.summary
     assert summary["s_per_1k_steps_ci95"] == [2.9, 3.2] and summary["selected_step"] == 40 and summary["wall_s"] == 14.0
     assert summary["final/bleu"] == 4.0 and summary["best/bleu"] == 3.4 and summary["env/impl"] == "fused-cpu"
-
-
-# Online: credentials and the server, checked before anything runs ------------------------------------
-@pytest.fixture
-def wandb_home(tmp_path, monkeypatch):
-    """wandb's view of a user: no key in the environment, its settings and .netrc under tmp_path, and
-    a server address on 127.0.0.1 whose port refuses connections."""
-    wandb = pytest.importorskip("wandb")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
-    for var in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
-        monkeypatch.delenv(var, raising=False)
-    for var, value in {"HOME": tmp_path, "NETRC": tmp_path / "netrc", "WANDB_CONFIG_DIR": tmp_path / "wcfg",
-                       "WANDB_BASE_URL": f"http://127.0.0.1:{port}", "WANDB_SILENT": "true"}.items():
-        monkeypatch.setenv(var, str(value))
-    monkeypatch.setattr(wandb_logger, "_reachable", {})
-    wandb.teardown()  # wandb caches its settings per process
-    yield types.SimpleNamespace(port=port, netrc=tmp_path / "netrc", url=f"http://127.0.0.1:{port}")
-    wandb.teardown()
-
-
-def test_login_is_read_through_wandb_and_a_server_that_is_not_there_fails_in_seconds(tmp_path, wandb_home):
-    online = OmegaConf.create({"mode": "online"})
-    assert not wandb_logger._has_wandb_key()
-    with pytest.raises(ConfigError, match="wandb online mode needs an API key.*wandb login"):
-        wandb_logger.wandb_mode(online)
-    # `wandb login --host <url>` writes the key under the host and port of that url
-    wandb_home.netrc.write_text(f"machine 127.0.0.1:{wandb_home.port}\n  login user\n  password {'k' * 40}\n")
-    wandb_home.netrc.chmod(0o600)
-    assert wandb_logger._has_wandb_key()
-    start = time.perf_counter()
-    with pytest.raises(ConfigError) as info:
-        wandb_logger.wandb_mode(online)
-    assert time.perf_counter() - start < 5
-    message = str(info.value)
-    assert "\n" not in message and message.startswith(f"wandb online mode cannot reach {wandb_home.url} (")
-    assert "logger.mode=offline" in message
-    # the same through a run: nothing written
-    with pytest.raises(ConfigError, match="cannot reach"):
-        run(tiny(tmp_path, "logger=wandb", "logger.mode=online"), tmp_path / "r")
-    assert not (tmp_path / "r").exists()
-
-
-def test_a_server_that_never_answers_times_out():
-    with socket.socket() as server:  # listens, never accepts: the connection opens, no answer comes
-        server.bind(("127.0.0.1", 0))
-        server.listen(1)
-        url = f"http://127.0.0.1:{server.getsockname()[1]}"
-        start = time.perf_counter()
-        reason = wandb_logger._unreachable(url, timeout=0.5)
-        assert reason is not None and time.perf_counter() - start < 3
-    wandb_logger._reachable.pop(url, None)
 
 
 # Offline: the folders a sweep leaves, and the README's sync command ----------------------------------

@@ -36,18 +36,10 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
+from ...host import cpu_flags
+
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("rmsnorm_cpu.cpp")
-
-
-def _cpu_flags() -> str:
-    flags = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith(("flags", "Features"))), flags)
-    except OSError:
-        pass
-    return flags
 
 
 def build_key(source: Path = SOURCE, extra_cflags: tuple[str, ...] = (), headers: tuple[Path, ...] = ()) -> str:
@@ -58,7 +50,7 @@ def build_key(source: Path = SOURCE, extra_cflags: tuple[str, ...] = (), headers
     content = hashlib.sha1(b"".join(f.read_bytes() for f in (source, *headers))).hexdigest()
     parts = [content, torch.__version__, str(Path(torch.__file__).parent),
              sysconfig.get_paths().get("include", ""), " ".join([*_cflags(), *extra_cflags]),
-             os.environ.get("CXX", "c++"), platform.machine(), _cpu_flags()]
+             os.environ.get("CXX", "c++"), platform.machine(), cpu_flags()]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
 
 
