@@ -1,5 +1,6 @@
-"""The package's imports form no cycle: every `import` of rmsnorm_repro by rmsnorm_repro, those inside
-functions (lazy imports) included, read from the source with ast.
+"""The package's imports run one way, down its layers (LAYERS, docs/architecture.md), and so form no cycle:
+every `import` of rmsnorm_repro by rmsnorm_repro, those inside functions (lazy imports) included, read
+from the source with ast.
 
 `from package import name` is an edge to the submodule package.name when there is one, else to the
 package. A module's own parent packages are not edges: Python runs them first, by design.
@@ -11,6 +12,21 @@ import rmsnorm_repro
 
 ROOT = Path(rmsnorm_repro.__file__).parent
 PACKAGE = ROOT.name
+# Bottom to top. A module imports its own package (unit) and units of lower layers only; units of one layer
+# do not import each other. The leaves import nothing of the package but the leaves listed before them.
+LAYERS = [
+    ["atomic", "errors", "host", "allocator"],   # leaves: atomic writes, the one bad-input error, the machine
+    ["redact", "wandb_access"],                  # leaves: secrets kept out of records; whether wandb can log
+    ["record"],                                  # what a run's files are: names, summary, metrics
+    ["paths"],                                   # where configs and the paper's numbers are; config resolvers
+    ["norms"],                                   # the normalizations (and Table 1, computed from them)
+    ["nn"],                                      # layers built on them
+    ["tasks"],                                   # data, models, metrics of the paper's tasks
+    ["runner", "report"],                        # trains one run / reads run folders: neither imports the other
+    ["train", "bench", "launchers"],             # the command line; speed tables; Hydra launchers and the sweep
+                                                 # callback (its compare page)
+    ["campaigns"],                               # train sweeps, then report: make demo, make small
+]
 
 
 def module_name(path: Path) -> str:
@@ -71,6 +87,38 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+def unit(module: str) -> str:
+    """The layer unit of a module: its top-level module or subpackage under rmsnorm_repro."""
+    return module.split(".")[1] if "." in module else module
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
+    """Each import of a unit at the same or a higher layer than the importer's, as "a -> b"."""
+    level = {name: i for i, layer in enumerate(layers) for name in layer}
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if a != PACKAGE and unit(a) != unit(b) and level[unit(b)] >= level[unit(a)])
+
+
+def test_every_module_has_a_layer():
+    named = [name for layer in LAYERS for name in layer]
+    assert len(named) == len(set(named))
+    assert {unit(m) for m in import_graph() if m != PACKAGE} == set(named)
+
+
+def test_imports_go_down_the_layers():
+    """record.py (the runs' contract) needs no runner; report/ reads runs through record.py and the leaves,
+    never the runner; the runner loads no reporting."""
+    assert upward_imports(import_graph(), LAYERS) == []
+
+
+def test_the_layer_check_reports_an_upward_and_a_sideways_import():
+    graph = {f"{PACKAGE}.record": {f"{PACKAGE}.runner.config"}, f"{PACKAGE}.runner.config": {f"{PACKAGE}.atomic"},
+             f"{PACKAGE}.report.tables": {f"{PACKAGE}.bench.tables", f"{PACKAGE}.report.aggregate"}}
+    layers = [["atomic"], ["record"], ["runner"], ["bench", "report"]]
+    assert upward_imports(graph, layers) == [f"{PACKAGE}.record -> {PACKAGE}.runner.config",
+                                             f"{PACKAGE}.report.tables -> {PACKAGE}.bench.tables"]
 
 
 def test_the_package_has_no_import_cycle():
