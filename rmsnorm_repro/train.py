@@ -11,11 +11,8 @@ result, not an error: exit code 0, so a sweep goes on. SIGINT/SIGTERM checkpoint
 """
 from __future__ import annotations
 
-import errno
 import os
-import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,8 +24,9 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from . import record
-from .paths import configs_dir
+from .cli_errors import DISK_ERRORS, disk_error_line, one_line, slurm_error
 from .errors import ConfigError
+from .paths import configs_dir
 from .redact import scrub_yaml_file
 from .runner import run
 from .runner.signals import forward_to_workers, in_sweep_worker, park_if_sweep_stops
@@ -87,83 +85,6 @@ def _job(cfg: DictConfig) -> None:
         raise SystemExit(code)
 
 
-# a full disk, a read-only or forbidden folder: the user's to fix, one line each
-DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM)
-
-
-def disk_error_line(e: OSError) -> str:
-    where = e.filename or "the run's files"
-    if e.errno == errno.ENOSPC:
-        kept = " (the previous checkpoint is intact)" if str(where).endswith(".pt") else ""
-        return (f"no space left on the device while writing {where}{kept}: free some space, then rerun the same "
-                "command (it resumes from the last checkpoint)")
-    why = "the file system is read-only" if e.errno == errno.EROFS else "permission denied"
-    return (f"cannot write {where} ({why}): point paths.runs_dir (or hydra.run.dir) and paths.cache_dir at "
-            "folders you can write, or fix the folder's permissions")
-
-
-def _slurm_error(e: BaseException) -> tuple[str, int] | None:
-    """(one line, exit code) for submitit's errors that need no traceback, else None: sbatch refusing the
-    jobs (resources the cluster lacks: bad input, 2; sbatch's own line is already on stderr), or a job
-    that ended without returning (scancel, killed, out of requeues: 1). A job that raised keeps its
-    traceback (submitit's FailedJobError from the job). Without submitit imported, no job was submitted."""
-    utils = sys.modules.get("submitit.core.utils")
-    if utils is None or not isinstance(e, utils.UncompletedJobError):
-        return None
-    cause = e.__cause__
-    if isinstance(cause, subprocess.CalledProcessError) and cause.cmd and cause.cmd[0] == "sbatch":
-        return (f"sbatch refused the sweep's jobs ({one_line(str(e))}): ask for what the partition has "
-                "(hydra.launcher.partition, gpus_per_node, cpus_per_task, mem_gb, timeout_min)"), 2
-    # "Job 12_0 (task: 0) with path <folder>/12_0_0_result.pkl\nhas not produced any output (state: CANCELLED)..."
-    found = re.search(r"Job (\S+) .*? with path (\S+)\s+has not produced any output \(state: (\w+)\)", str(e), re.S)
-    if type(e) is not utils.UncompletedJobError or not found:
-        return None
-    job, result, state = found.groups()
-    return (f"SLURM job {job} of this sweep ended without a result (state {state}; its log is in "
-            f"{Path(result).parent}); rerun the same command to resume the unfinished runs"), 1
-
-
-def one_line(message: str) -> str:
-    """Hydra's messages span lines ("Available options in 'norm':" + one option per line)."""
-    parts, options = [], []
-    for line in (s.strip() for s in message.splitlines()):
-        if line.startswith("Config search path"):
-            break
-        if not line:
-            continue
-        if parts and parts[-1].endswith(":"):
-            options.append(line)
-            continue
-        if options:
-            parts[-1] += " " + ", ".join(options)
-            options = []
-        parts.append(line)
-    if options:
-        parts[-1] += " " + ", ".join(options)
-    line = re.sub(r"^In '[\w/]+': ", "", "; ".join(parts))
-    return _missing_task_scale(line) or line
-
-
-def _missing_task_scale(line: str) -> str | None:
-    """Hydra's "Could not find 'task_scale/<task>/<scale>'" as the user meant it: that scale has no recipe
-    for that task (e.g. scale=small: the translation tasks only)."""
-    found = re.search(r"Could not find 'task_scale/([\w-]+)/([\w-]+)'", line)
-    if not found:
-        return None
-    task, scale = found.groups()
-    tasks = sorted(p.parent.name for p in (CONFIGS / "task_scale").glob(f"*/{scale}.yaml"))
-    if not tasks:
-        return None
-    named = " and ".join(tasks) if len(tasks) <= 2 else ", ".join(tasks[:-1]) + " and " + tasks[-1]
-    has = sorted(p.stem for p in (CONFIGS / "task_scale" / task).glob("*.yaml"))
-    line = f"scale={scale} exists for {named} only, not task={task}" + (f" (task={task} has scale={', '.join(has)})" if has else "")
-    swept = [arg for arg in sys.argv[1:] if arg.startswith("task=") and "," in arg]
-    if swept and f"task={task}" not in swept[0].replace(",", " task=").split():
-        # a multirun is first composed with the default task, which may lack this scale
-        line += f"; a sweep over tasks ({swept[0]}) is composed with the default task first: run one sweep per task"
-    return line
-
-
 def main() -> None:
     # the variables _main sets for this process and its job processes; restored after, so an
     # in-process caller (the tests, a notebook) keeps its own
@@ -212,7 +133,7 @@ def _main() -> None:
         print(f"error: {disk_error_line(e)}", file=sys.stderr, flush=True)
         sys.exit(2)
     except RuntimeError as e:
-        found = None if full_error else _slurm_error(e)
+        found = None if full_error else slurm_error(e)
         if found is None:
             raise
         print(f"error: {found[0]}", file=sys.stderr, flush=True)

@@ -23,6 +23,7 @@ LAYERS = [
     ["nn"],                                      # layers built on them
     ["tasks"],                                   # data, models, metrics of the paper's tasks
     ["runner", "report"],                        # trains one run / reads run folders: neither imports the other
+    ["cli_errors"],                              # the command line's errors as one line each
     ["train", "bench", "launchers"],             # the command line; speed tables; Hydra launchers and the sweep
                                                  # callback (its compare page)
     ["campaigns"],                               # train sweeps, then report: make demo, make small

@@ -21,9 +21,10 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from rmsnorm_repro.campaigns import small
+from rmsnorm_repro.cli_errors import one_line
 from rmsnorm_repro.runner import run
 from rmsnorm_repro.tasks.translation.data import load_corpus
-from rmsnorm_repro.train import main, one_line
+from rmsnorm_repro.train import main
 from runner_fixtures.helpers import REPO, compose_cfg, read_summary, write_multi30k
 
 # Configs ------------------------------------------------------------------------------------------
