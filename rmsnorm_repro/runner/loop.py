@@ -14,6 +14,7 @@ import math
 import signal
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,148 +111,193 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
     step. Rank 0 alone evaluates (on the unwrapped model, the others wait at a barrier), logs and
     checkpoints. step_ms is rank 0's and includes DDP's gradient all-reduce.
     """
-    cfg, task, world, device = run.cfg, run.task, run.world, run.device
-    loop = Loop(run, state, stop)
-    total = int(cfg.train.steps)
-    budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else math.inf
-    # token shards differ in size: weigh each rank's mean so DDP's average is the global mean
-    loss_weight = ((lambda n: distributed.token_weight(n, device, world))
-                   if world.distributed and task.loss_mean_over == "tokens" else None)
-    status, stopping, first_ms, stopped_by = "completed", None, None, None
+    return Loop(run, state, stop).train()
 
-    # a run stopped during an evaluation evaluates that step first, exactly as it would have
-    if state.pending_eval is not None and not loop.finish_pending_eval():
-        status, stopping = "interrupted", stop["signal"] or "SIGTERM"
-    start = state.step
-    # a run whose budget was spent, or that stopped early, is finished: its rerun trains no further step
-    end = start if status != "completed" or state.wall_s >= budget_s or loop.early_stopped() else total
-    if end < total and status == "completed":
-        stopped_by = "early_stopping" if loop.early_stopped() else "train.max_minutes"
-    interval_units, interval_ms, interval_loss = 0, 0.0, 0.0
-    progress = Progress(start, total, enabled=world.main)
-    run.model.train()
-    try:
-        for step in range(start, end):
-            batch = task.train_batch(step, world.rank, world.world_size)
-            run.set_beta1(step)
-            lr = run.optimizer.param_groups[0]["lr"]
-            loss, n, ms = train_step(task, run.model, run.optimizer, batch, run.params, cfg.optim.clip,
-                                     cfg.optim.get("clip_mode") or "global", run.scheduler, loss_weight, run.precision)
 
-            done = step + 1
-            # the global batch's loss and size; a signal or the time budget on any rank stops all of them.
-            # The decisions below read this snapshot: a signal arriving later counts at the next step.
-            loss_value, n, signum, out_of_time = distributed.reduce_step(
-                loss.item(), int(n), _signum(stop["signal"]), loop.clock() >= budget_s, device, world)
-            stopping = signal.Signals(signum).name if signum else None
-            state.step = done
-            if step == start:
-                first_ms = ms  # warm-up (allocations, compilation): kept out of the statistics
-            else:
-                state.step_ms.append(ms)
-                state.units += int(n)
-            interval_units, interval_ms = interval_units + int(n), interval_ms + ms
-            interval_loss += task.summed_loss(loss_value, int(n), batch, world.world_size)
-            if run.wandb is not None:
-                run.wandb.log({"loss": loss_value, "step_ms": ms, "lr": lr, "wall_s": round(loop.clock(), 3)}, step=done)
-            diverged = not math.isfinite(loss_value)
-            last = done == total or out_of_time or stopping is not None
+@dataclass
+class Window:
+    """The training numbers since the previous metrics line: its throughput and window_loss."""
+    units: int = 0
+    ms: float = 0.0
+    loss: float = 0.0  # summed over units
 
-            line = {"step": done, "wall_s": round(loop.clock(), 3), "loss": loss_value, "step_ms": round(ms, 3),
-                    "lr": lr, loop.per_s: round(interval_units / (interval_ms / 1e3), 2),
-                    "window_loss": interval_loss / interval_units if interval_units else loss_value}
-            valid: dict[str, float] = {}  # rank 0's; empty on the other ranks
-            evaluated_now = False
-            if not diverged and stopping is None and (done % cfg.train.eval_every == 0 or last):
-                evaluated = loop.evaluate("valid")
-                if evaluated is None:  # cut short by a signal: redone first thing on resume
-                    stopping, state.pending_eval = stop["signal"] or "SIGTERM", line
-                else:
-                    valid, evaluated_now = evaluated, True
-                    loop.record_eval(done, valid)
-            if state.pending_eval is None and (done % cfg.train.log_every == 0 or valid or last or diverged):
-                loop.log_line(line, valid)
-                interval_units, interval_ms, interval_loss = 0, 0.0, 0.0
-            progress.step(done, total, loss_value, ms, valid)
-
-            if diverged:
-                status = "diverged"  # no checkpoint: the last one holds the last finite state
-                log.warning(f"loss is {loss_value} at step {done}: run diverged, stopping")
-                break
-            early_stopped = evaluated_now and distributed.any_rank(loop.early_stopped(), device, world)
-            if done % cfg.train.checkpoint_every == 0 or last or stopping is not None or early_stopped:
-                loop.save_checkpoint()
-            if stopping is not None:
-                status = "interrupted"
-                log.warning(f"{stopping} received: checkpoint saved at step {done}, stopping")
-                break
-            if out_of_time:
-                log.info(f"train.max_minutes={cfg.train.max_minutes} spent after {done} steps: stopping")
-                break
-            if early_stopped:
-                stopped_by = "early_stopping"
-                log.info(f"no better valid {loop.best_name} in {loop.patience} evaluations: stopping early at step {done}")
-                break
-    finally:
-        progress.close()
-
-    final, selected_step, selected_valid = {}, state.step, state.last_valid
-    if status == "completed" and (state.last_eval_step != state.step or run.plan.reevaluate):
-        # the checkpoint's last evaluation is older than its step (resumed with train.steps lowered to
-        # where it stopped), or only the evaluation settings changed: evaluate the final model now
-        evaluated = loop.evaluate("valid")
-        if evaluated is None:
-            status, stopping = "interrupted", stop["signal"] or "SIGTERM"
-        else:
-            state.last_valid, state.last_eval_step, selected_valid = evaluated, state.step, evaluated
-    if status == "completed":
-        selected_step, selected_valid = loop.load_selected()
-        log.info(f"final evaluation on the test split (weights of step {selected_step})")
-        t0 = time.perf_counter()
-        evaluated = loop.evaluate("test")
-        if evaluated is None:
-            status, stopping = "interrupted", stop["signal"] or "SIGTERM"
-        else:
-            final = evaluated
-            log.info(f"final evaluation done in {time.perf_counter() - t0:.1f} s")
-            if world.main:
-                write_outputs(run.run_dir / "outputs", task.test_outputs())
-    final = {**final, **{f"valid_{k}": v for k, v in selected_valid.items()}}
-
-    times = state.step_ms or ([first_ms] if first_ms is not None else [])
-    timed_s = sum(state.step_ms) / 1e3
-    summary = {
-        "record_version": record.RECORD_VERSION,
-        **record.identity(cfg),
-        "status": status,
-        "steps": state.step,
-        **step_time_stats(times),
-        loop.per_s: state.units / timed_s if timed_s > 0 else None,
-        "final": final,
-        "selected_step": selected_step if status == "completed" else None,
-        "selection": f"best valid {loop.best_name} ({loop.best_mode})" if loop.select is not None else "last",
-        "best": state.best,
-        "wall_s": round(loop.clock(), 3),
-    }
-    if status == "completed" and state.step < total:
-        summary["stopped_by"] = stopped_by or "train.max_minutes"
-    if status == "interrupted":
-        summary["interrupted_by"] = stopping
-    if status == "diverged":
-        summary["diverged_at"] = state.step
-    return summary
+    def add(self, units: int, ms: float, summed_loss: float) -> None:
+        self.units, self.ms, self.loss = self.units + units, self.ms + ms, self.loss + summed_loss
 
 
 class Loop:
-    """What the training loop does besides stepping: evaluate, keep the best, log, checkpoint."""
+    """One session of training: the steps, and what it does besides stepping (evaluate, keep the best,
+    log, checkpoint), then the test of the selected weights and the summary."""
 
     def __init__(self, run: Run, state: TrainState, stop: dict[str, Any]):
         self.run, self.state, self.stop = run, state, stop
-        self.select = record.selection(run.cfg.train, run.task.best_metric)  # (metric, mode) that picks best.pt; None: test the last weights
-        self.best_name, self.best_mode = self.select or run.task.best_metric
-        self.patience = run.cfg.train.get("early_stop_patience")
-        self.per_s = f"{run.task.unit}_per_s"
+        cfg, task, world = run.cfg, run.task, run.world
+        self.select = record.selection(cfg.train, task.best_metric)  # (metric, mode) that picks best.pt; None: test the last weights
+        self.best_name, self.best_mode = self.select or task.best_metric
+        self.patience = cfg.train.get("early_stop_patience")
+        self.per_s = f"{task.unit}_per_s"
         self.clock0 = time.perf_counter() - state.wall_s  # wall_s continues across resumes
+        self.total = int(cfg.train.steps)
+        self.budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else math.inf
+        # token shards differ in size: weigh each rank's mean so DDP's average is the global mean
+        self.loss_weight = ((lambda n: distributed.token_weight(n, run.device, world))
+                            if world.distributed and task.loss_mean_over == "tokens" else None)
+        self.status, self.stopping, self.stopped_by = "completed", None, None
+        self.first_ms: float | None = None  # the session's first step (warm-up): kept out of the statistics
+        self.window = Window()
+
+    def train(self) -> dict[str, Any]:
+        start, end = self.session_steps()
+        progress = Progress(start, self.total, enabled=self.run.world.main)
+        self.run.model.train()
+        try:
+            for step in range(start, end):
+                if not self.step(step, first=step == start, progress=progress):
+                    break
+        finally:
+            progress.close()
+        final, selected_step = self.test_selected()
+        return self.summary(final, selected_step)
+
+    def interrupted(self) -> None:
+        self.status, self.stopping = "interrupted", self.stop["signal"] or "SIGTERM"
+
+    def session_steps(self) -> tuple[int, int]:
+        """The steps this session trains, range(start, end). A run stopped during an evaluation evaluates
+        that step first, exactly as it would have; a run whose budget was spent, or that stopped early, is
+        finished: its rerun trains no further step."""
+        state = self.state
+        if state.pending_eval is not None and not self.finish_pending_eval():
+            self.interrupted()
+        start = state.step
+        end = (start if self.status != "completed" or state.wall_s >= self.budget_s or self.early_stopped()
+               else self.total)
+        if end < self.total and self.status == "completed":
+            self.stopped_by = "early_stopping" if self.early_stopped() else "train.max_minutes"
+        return start, end
+
+    def step(self, step: int, first: bool, progress: Progress) -> bool:
+        """One training step with its metrics line, evaluation and checkpoint; False when training stops here."""
+        run, state, cfg, world = self.run, self.state, self.run.cfg, self.run.world
+        batch = run.task.train_batch(step, world.rank, world.world_size)
+        run.set_beta1(step)
+        lr = run.optimizer.param_groups[0]["lr"]
+        loss, n, ms = train_step(run.task, run.model, run.optimizer, batch, run.params, cfg.optim.clip,
+                                 cfg.optim.get("clip_mode") or "global", run.scheduler, self.loss_weight, run.precision)
+
+        done = step + 1
+        # the global batch's loss and size; a signal or the time budget on any rank stops all of them.
+        # The decisions below read this snapshot: a signal arriving later counts at the next step.
+        loss_value, n, signum, out_of_time = distributed.reduce_step(
+            loss.item(), int(n), _signum(self.stop["signal"]), self.clock() >= self.budget_s, run.device, world)
+        self.stopping = signal.Signals(signum).name if signum else None
+        state.step = done
+        if first:
+            self.first_ms = ms
+        else:
+            state.step_ms.append(ms)
+            state.units += int(n)
+        self.window.add(int(n), ms, run.task.summed_loss(loss_value, int(n), batch, world.world_size))
+        if run.wandb is not None:
+            run.wandb.log({"loss": loss_value, "step_ms": ms, "lr": lr, "wall_s": round(self.clock(), 3)}, step=done)
+        diverged = not math.isfinite(loss_value)
+        last = done == self.total or out_of_time or self.stopping is not None
+
+        window = self.window
+        line = {"step": done, "wall_s": round(self.clock(), 3), "loss": loss_value, "step_ms": round(ms, 3),
+                "lr": lr, self.per_s: round(window.units / (window.ms / 1e3), 2),
+                "window_loss": window.loss / window.units if window.units else loss_value}
+        valid: dict[str, float] = {}  # rank 0's; empty on the other ranks
+        evaluated_now = False
+        if not diverged and self.stopping is None and (done % cfg.train.eval_every == 0 or last):
+            evaluated = self.evaluate("valid")
+            if evaluated is None:  # cut short by a signal: redone first thing on resume
+                self.stopping, state.pending_eval = self.stop["signal"] or "SIGTERM", line
+            else:
+                valid, evaluated_now = evaluated, True
+                self.record_eval(done, valid)
+        if state.pending_eval is None and (done % cfg.train.log_every == 0 or valid or last or diverged):
+            self.log_line(line, valid)
+            self.window = Window()
+        progress.step(done, self.total, loss_value, ms, valid)
+        return self.goes_on(done, loss_value, last=last, out_of_time=out_of_time, evaluated_now=evaluated_now)
+
+    def goes_on(self, done: int, loss_value: float, last: bool, out_of_time: bool, evaluated_now: bool) -> bool:
+        """After step `done`: checkpoint when due, and whether training goes on (not diverged, no signal,
+        time left, no early stop)."""
+        run = self.run
+        if not math.isfinite(loss_value):
+            self.status = "diverged"  # no checkpoint: the last one holds the last finite state
+            log.warning(f"loss is {loss_value} at step {done}: run diverged, stopping")
+            return False
+        early_stopped = evaluated_now and distributed.any_rank(self.early_stopped(), run.device, run.world)
+        if done % run.cfg.train.checkpoint_every == 0 or last or self.stopping is not None or early_stopped:
+            self.save_checkpoint()
+        if self.stopping is not None:
+            self.status = "interrupted"
+            log.warning(f"{self.stopping} received: checkpoint saved at step {done}, stopping")
+            return False
+        if out_of_time:
+            log.info(f"train.max_minutes={run.cfg.train.max_minutes} spent after {done} steps: stopping")
+            return False
+        if early_stopped:
+            self.stopped_by = "early_stopping"
+            log.info(f"no better valid {self.best_name} in {self.patience} evaluations: stopping early at step {done}")
+            return False
+        return True
+
+    def test_selected(self) -> tuple[dict[str, float], int]:
+        """The test split scored with the selected weights (their validation metrics beside, valid_*), and
+        their step; nothing scored unless training completed."""
+        run, state = self.run, self.state
+        final, selected_step, selected_valid = {}, state.step, state.last_valid
+        if self.status == "completed" and (state.last_eval_step != state.step or run.plan.reevaluate):
+            # the checkpoint's last evaluation is older than its step (resumed with train.steps lowered to
+            # where it stopped), or only the evaluation settings changed: evaluate the final model now
+            evaluated = self.evaluate("valid")
+            if evaluated is None:
+                self.interrupted()
+            else:
+                state.last_valid, state.last_eval_step, selected_valid = evaluated, state.step, evaluated
+        if self.status == "completed":
+            selected_step, selected_valid = self.load_selected()
+            log.info(f"final evaluation on the test split (weights of step {selected_step})")
+            t0 = time.perf_counter()
+            evaluated = self.evaluate("test")
+            if evaluated is None:
+                self.interrupted()
+            else:
+                final = evaluated
+                log.info(f"final evaluation done in {time.perf_counter() - t0:.1f} s")
+                if run.world.main:
+                    write_outputs(run.run_dir / "outputs", run.task.test_outputs())
+        return {**final, **{f"valid_{k}": v for k, v in selected_valid.items()}}, selected_step
+
+    def summary(self, final: dict[str, float], selected_step: int) -> dict[str, Any]:
+        """summary.json's content (without env): what the run is, how it ended, its times and results."""
+        state, status = self.state, self.status
+        times = state.step_ms or ([self.first_ms] if self.first_ms is not None else [])
+        timed_s = sum(state.step_ms) / 1e3
+        summary = {
+            "record_version": record.RECORD_VERSION,
+            **record.identity(self.run.cfg),
+            "status": status,
+            "steps": state.step,
+            **step_time_stats(times),
+            self.per_s: state.units / timed_s if timed_s > 0 else None,
+            "final": final,
+            "selected_step": selected_step if status == "completed" else None,
+            "selection": f"best valid {self.best_name} ({self.best_mode})" if self.select is not None else "last",
+            "best": state.best,
+            "wall_s": round(self.clock(), 3),
+        }
+        if status == "completed" and state.step < self.total:
+            summary["stopped_by"] = self.stopped_by or "train.max_minutes"
+        if status == "interrupted":
+            summary["interrupted_by"] = self.stopping
+        if status == "diverged":
+            summary["diverged_at"] = state.step
+        return summary
 
     def clock(self) -> float:
         return time.perf_counter() - self.clock0
