@@ -31,7 +31,7 @@ from . import checkpoint, distributed
 from .checkpoint import TrainState
 from .console import Progress, end_of_run_block, log
 from .files import write_json
-from .setup import Run, build, environment, prepare
+from .setup import Run, build, environment, plan_run
 from .signals import stop_requests
 from .step import train_step
 
@@ -50,12 +50,12 @@ def run(cfg: DictConfig, run_dir: Path, experiment: str | None = None,
     several tasks) every process calls this and they train one model with DDP (distributed.py):
     rank 0 alone writes files and logs, every rank returns the summary.
     """
-    plan = prepare(cfg, Path(run_dir), experiment, overrides)
+    plan = plan_run(cfg, Path(run_dir), experiment, overrides)
     try:
-        if plan.finished is not None:
+        if plan.resume.finished is not None:
             log.info(f"{plan.run_dir} is finished: nothing to do")
-            log.info(end_of_run_block(plan.finished, plan.run_dir))
-            return plan.finished
+            log.info(end_of_run_block(plan.resume.finished, plan.run_dir))
+            return plan.resume.finished
         allocator.apply(cfg.allocator)
         with distributed.process_group(plan.device) as world:
             run, state = build(plan, world)
@@ -220,13 +220,15 @@ class Loop:
             self.log_line(line, valid)
             self.window = Window()
         progress.step(done, self.total, loss_value, ms, valid)
-        return self.goes_on(done, loss_value, last=last, out_of_time=out_of_time, evaluated_now=evaluated_now)
+        return self.goes_on(done, loss_value, diverged=diverged, last=last, out_of_time=out_of_time,
+                            evaluated_now=evaluated_now)
 
-    def goes_on(self, done: int, loss_value: float, last: bool, out_of_time: bool, evaluated_now: bool) -> bool:
+    def goes_on(self, done: int, loss_value: float, diverged: bool, last: bool, out_of_time: bool,
+                evaluated_now: bool) -> bool:
         """After step `done`: checkpoint when due, and whether training goes on (not diverged, no signal,
         time left, no early stop)."""
         run = self.run
-        if not math.isfinite(loss_value):
+        if diverged:
             self.status = "diverged"  # no checkpoint: the last one holds the last finite state
             log.warning(f"loss is {loss_value} at step {done}: run diverged, stopping")
             return False
@@ -251,7 +253,7 @@ class Loop:
         their step; nothing scored unless training completed."""
         run, state = self.run, self.state
         final, selected_step, selected_valid = {}, state.step, state.last_valid
-        if self.status == "completed" and (state.last_eval_step != state.step or run.plan.reevaluate):
+        if self.status == "completed" and (state.last_eval_step != state.step or run.plan.resume.reevaluate):
             # the checkpoint's last evaluation is older than its step (resumed with train.steps lowered to
             # where it stopped), or only the evaluation settings changed: evaluate the final model now
             evaluated = self.evaluate("valid")
