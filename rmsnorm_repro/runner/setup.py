@@ -1,6 +1,6 @@
 """Everything a run needs, built from the config once.
 
-    plan = prepare(cfg, run_dir)        # checks only: bad input raises ConfigError, nothing is written
+    plan = plan_run(cfg, run_dir)       # checks only: bad input raises ConfigError, nothing is written
     with distributed.process_group(plan.device) as world:
         run, state = build(plan, world)  # task, model, optimizer, schedule, loggers; resumed state
 
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import fcntl
 import importlib
-import json
 import logging
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,13 +27,14 @@ from ..norms import Normalization, build_normalization
 from ..redact import scrub
 from ..wandb_access import wandb_mode
 from ..tasks import TASKS, Task, get_task_class
-from . import checkpoint, distributed, precision
+from . import checkpoint, distributed, precision, resume
 from .checkpoint import TrainState, seed_everything
 from .config import check_config, check_data_root
 from .console import log
 from .files import MetricsFile
 from .wandb_logger import WandbLogger
-from .optim import beta1_switch, build_optimizer, build_schedule, first_schedule_difference
+from .optim import beta1_switch, build_optimizer, build_schedule
+from .resume import Resume
 
 
 @dataclass
@@ -50,11 +50,7 @@ class Plan:
     precision: str  # fp32 | bf16 | fp16
     lock: RunDirLock | None  # held by rank 0 until the run ends
     overrides: list[str]  # the command line's, secrets scrubbed: noted in config.yaml
-    resume_from: Path | None = None
-    saved_config: dict[str, Any] | None = None  # the run directory's config.yaml, when it has one
-    finished: dict[str, Any] | None = None  # the summary of a run this command already finished
-    reevaluate: bool = False  # only evaluation settings changed: score the trained model again
-    reselect: bool = False  # train.select_metric/select_mode changed: pick the tested weights again
+    resume: Resume = field(default_factory=Resume)  # what the run directory holds for this config
 
 
 @dataclass
@@ -84,8 +80,9 @@ class Run:
         return self.plan.run_dir
 
 
-def prepare(cfg: DictConfig, run_dir: Path, experiment: str | None = None, overrides: list[str] | None = None) -> Plan:
-    """Check cfg against everything that can be checked before training; raise ConfigError if bad."""
+def plan_run(cfg: DictConfig, run_dir: Path, experiment: str | None = None, overrides: list[str] | None = None) -> Plan:
+    """Check cfg against everything that can be checked before training, and what run_dir holds for it
+    (resume.inspect); raise ConfigError if bad. Nothing is built or written."""
     run_dir = Path(run_dir)
     check_config(cfg)
     cls = task_class(cfg)
@@ -107,7 +104,7 @@ def prepare(cfg: DictConfig, run_dir: Path, experiment: str | None = None, overr
     lock = RunDirLock(run_dir) if world.main else None
     plan = Plan(cfg, run_dir, experiment, cls, norms, config, device, mixed, lock, scrub(list(overrides or [])))
     try:
-        guard_resume(plan)
+        plan.resume = resume.inspect(run_dir, config)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -117,7 +114,7 @@ def prepare(cfg: DictConfig, run_dir: Path, experiment: str | None = None, overr
 
 def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
     """The task, model, optimizer and schedule of this process (one rank under DDP), resumed from
-    plan.resume_from if set; on rank 0 also the run directory's files and loggers."""
+    plan.resume.checkpoint if set; on rank 0 also the run directory's files and loggers."""
     cfg = plan.cfg
     if not world.main:
         log.setLevel(logging.WARNING)  # rank 0 reports progress; the others only what goes wrong
@@ -142,14 +139,15 @@ def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
     mixed = precision.build(plan.precision, device)
 
     state = TrainState()
-    if plan.resume_from is not None:
-        state = TrainState.load(plan.resume_from, plan.config, raw_model, optimizer, scheduler, world, cfg.seed,
+    resume_from = plan.resume.checkpoint
+    if resume_from is not None:
+        state = TrainState.load(resume_from, plan.config, raw_model, optimizer, scheduler, world, cfg.seed,
                                 mixed.scaler)
         if state.step > total:
-            raise ConfigError(f"{plan.resume_from} is at step {state.step} but train.steps={total}; "
+            raise ConfigError(f"{resume_from} is at step {state.step} but train.steps={total}; "
                               f"raise train.steps or choose another hydra.run.dir")
-        check_schedule_continues(plan, state.step)
-        if plan.reselect:
+        resume.check_schedule_continues(plan.resume, cfg, run_dir=plan.run_dir, steps_done=state.step)
+        if plan.resume.reselect:
             reselect(plan, state, raw_model)
         log.info(f"resuming {plan.run_dir} from step {state.step}")
 
@@ -197,73 +195,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(record.resolved_device(name))
 
 
-def guard_resume(plan: Plan) -> None:
-    """Set what plan.run_dir holds: a checkpoint to resume from, a finished run, or nothing (a fresh
-    start). A resume may change what record.changes accepts (the step budget, where files go, how
-    runs are logged, keys a newer suite added, evaluation and selection settings), each named in
-    one log line; a change to what is trained is refused, with how to run it beside this one."""
-    run_dir = plan.run_dir
-    saved = run_dir / "config.yaml"
-    last = run_dir / "checkpoints" / "last.pt"
-    if not saved.exists():
-        if last.exists():
-            raise ConfigError(f"{run_dir} holds a checkpoint but no config.yaml, so a resume cannot be checked; "
-                              f"give this run a new folder (hydra.run.dir=<new folder>)")
-        return
-    try:
-        plan.saved_config = OmegaConf.to_container(OmegaConf.load(saved))
-        owner = record.describe(record.identity(plan.saved_config))
-    except Exception as e:  # noqa: BLE001 (not YAML, or not a run's config: one line, whatever the cause)
-        raise ConfigError(f"{saved} cannot be read as a run's config ({type(e).__name__}); repair it, or give "
-                          f"this run a new folder (hydra.run.dir=<new folder>)") from None
-    diff = record.changes(plan.saved_config, plan.config)
-    if diff.refused:
-        shown = "; ".join(diff.refused[:3]) + (f"; and {len(diff.refused) - 3} more" if len(diff.refused) > 3 else "")
-        raise ConfigError(f"{run_dir} holds {owner} trained with another config ({shown}), which would change "
-                          f"what is trained: to train this config as a separate run, give it its own folder "
-                          f"(hydra.run.dir=<new folder>, or hydra.sweep.dir in a sweep); the run there is kept")
-    if diff.noted():
-        log.info(f"{run_dir}: resuming with {'; '.join(diff.noted())}")
-    plan.resume_from = last if last.exists() else None
-    plan.reevaluate = bool(diff.eval_only or diff.selection)
-    plan.reselect = bool(diff.selection)
-    summary = read_summary(run_dir / "summary.json")
-    status = summary.get("status")
-    needs_weights = diff.budget + diff.eval_only + diff.selection  # more steps, a new evaluation or selection
-    if plan.resume_from is None and status in ("completed", "diverged"):
-        # a run record kept without its weights (results/small/runs commits them so): it stands as it is
-        if needs_weights:
-            raise ConfigError(f"{run_dir} holds {owner}, finished ({status}) at step {summary.get('steps')} but its "
-                              f"checkpoints are gone, so it cannot go on with {'; '.join(needs_weights)}: to train it "
-                              f"again, give it its own folder (hydra.run.dir=<new folder>); the record there is kept")
-        plan.finished = summary
-    elif status == "completed" and not needs_weights:  # with its checkpoints (the branch above: without)
-        plan.finished = summary
-
-
-def read_summary(path: Path) -> dict[str, Any]:
-    """A run's summary.json, or {} when there is none or it cannot be read (the run then goes on)."""
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return summary if isinstance(summary, dict) else {}
-
-
-def check_schedule_continues(plan: Plan, steps_done: int) -> None:
-    """A run resumed with another train.steps must train like a fresh run of that length."""
-    old_total = int(plan.saved_config["train"]["steps"])
-    new_total = int(plan.cfg.train.steps)
-    differs_at = first_schedule_difference(plan.cfg.optim, old_total, new_total, steps_done)
-    if differs_at is not None:
-        run_dir = plan.run_dir
-        raise ConfigError(
-            f"{run_dir} holds {steps_done} steps of a train.steps={old_total} run; train.steps={new_total} changes its "
-            f"{plan.cfg.optim.schedule.name} schedule (lr or Adam's beta1) from step {differs_at + 1} on, so the "
-            f"resumed run would not equal a fresh one: keep train.steps={old_total}, or start over: remove {run_dir} "
-            f"or choose another hydra.run.dir")
-
-
 def reselect(plan: Plan, state: TrainState, model: torch.nn.Module) -> None:
     """A resume with another train.select_metric/select_mode: the best evaluation under the new rule,
     from the run's evaluation history, if its weights were kept (best.pt's step or the last one)."""
@@ -274,7 +205,7 @@ def reselect(plan: Plan, state: TrainState, model: torch.nn.Module) -> None:
     metric, mode = select
     separate = "to select by it, train it as a separate run (hydra.run.dir=<new folder>)"
     if not state.evals:
-        raise ConfigError(f"{plan.resume_from} predates evaluation histories in checkpoints, so train.select_metric "
+        raise ConfigError(f"{plan.resume.checkpoint} predates evaluation histories in checkpoints, so train.select_metric "
                           f"cannot change on resume; {separate}")
     if metric not in state.evals[-1]:
         raise ConfigError(f"train.select_metric={metric} is not a validation metric of task={plan.task_cls.name}; "
