@@ -4,18 +4,9 @@
     python -m rmsnorm_repro.campaigns.small --data-root DIR --seeds 1,2,3 --jobs 2
     python -m rmsnorm_repro.campaigns.small --report-only            # rewrite results/small/REPORT.md from the runs
 
-RNNSearch and the Transformer, each x {none, layernorm, rmsnorm, prmsnorm} x seeds, at scale=small
-(configs/task_scale/<task>/small.yaml: a fixed number of steps; minutes a run by CPU in docs/small_study.md).
-It prints its plan first (expected minutes from earlier runs' times), and after training times LayerNorm,
-RMSNorm and pRMSNorm side by side for the speed claims (<out>/speed.json) and runs sacreBLEU's paired
-bootstrap per seed (<out>/bootstrap.json). One multirun per task (Hydra composes a sweep over tasks with the
-default task first), runs under <out>/runs/<task>/<norm>-p<p>-s<seed>/, one log per sweep under
-<out>/runs/logs/; rerunning resumes.
-The data: a raw Multi30k folder (--data-root, train/val[/test_*].en/.de[.gz]) when it exists, else the
-hub copy (`make data-multi30k`). The report, in the mini report's form (demo.py, tables.py,
-figures.py, claims.py), gives BLEU (beam, sacreBLEU signature) on every split the runs scored, steps,
-epochs, minutes, dev-BLEU and training-loss curves, and the paper's translation claims checked on real
-language by the suite's one rule (claims.equivalence), then every run in one table.
+One multirun per task (Hydra composes a sweep over tasks with the default task first) of the four norms x
+seeds at scale=small, then side-by-side step times (<out>/speed.json), sacreBLEU's paired bootstrap per
+seed (<out>/bootstrap.json) and the report in the mini report's form (docs/small_study.md).
 """
 from __future__ import annotations
 

@@ -1,22 +1,7 @@
 """Machine translation tasks (paper Tables 2-5, Figures 1-4): RNNSearch and Transformer.
 
-Both share the data pipeline (data.py), the label-smoothed loss, decoding (beam.py) and BLEU
-(bleu.py); they differ in the model, the batching (sentences vs tokens) and the supported norms.
-evaluate("valid") -> {"bleu", "loss"}: BLEU with decode.valid_beam on the first
-decode.valid_sentences sentences (all when null) and loss per target token on the first
-decode.valid_loss_sentences (absent or null: all; the runner logs them as valid_bleu, valid_loss), on
-the dev split held out from train when data.dev_pairs is set, else on valid (data.py). At the small
-recipes the whole-split loss costs more than the greedy decode (scripts/bench_eval.py).
-evaluate("test") -> "<test>_bleu" and "<test>_sentences" per
-configured test split (test14 and test17 for WMT14, test otherwise) with decode.beam, plus
-"valid_beam_bleu" on the whole valid set.
-provenance() gives summary.json the sacreBLEU signature and `data_info` (the data variant, e.g.
-which newstest2014, and the test sets' sizes).
-Hypotheses are at most min(decode.max_len_a * source length + decode.max_len_b, decode.max_len)
-tokens long (decode.max_len defaults to beam.DEFAULT_MAX_DECODE_LEN), from sources of at most
-decode.max_eval_len subwords (data.DEFAULT_MAX_EVAL_LEN; see data.py); every decode/eval key is
-checked when the task is built (check_config), and evaluation stops between batches (and between
-decoding steps) once `stop_requested()` says so.
+Both share the data pipeline (data.py), the label-smoothed loss, decoding (beam.py) and BLEU (bleu.py);
+they differ in the model, the batching (sentences vs tokens) and the supported norms.
 """
 from __future__ import annotations
 
@@ -55,6 +40,8 @@ class TranslationTask(Task):
         return self.translations
 
     def provenance(self) -> dict:
+        """summary.json's sacreBLEU signature and `data_info` (the data variant, e.g. which newstest2014,
+        and the test sets' sizes)."""
         return {"bleu_signature": self.bleu_signature, "data_info": self.data_info}
 
     @classmethod
@@ -118,6 +105,12 @@ class TranslationTask(Task):
     # Evaluation -----------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        """valid: BLEU with decode.valid_beam on the first decode.valid_sentences sentences and the loss per
+        target token on the first decode.valid_loss_sentences (null: all), on the dev split when
+        data.dev_pairs holds one out, else on valid. test: "<test>_bleu" and "<test>_sentences" per test
+        split with decode.beam, and "valid_beam_bleu" on the whole valid set. Hypotheses are at most
+        min(max_len_a * source length + max_len_b, max_len) tokens; decoding stops between batches and
+        steps once `stop_requested()` says so."""
         model = getattr(model, "module", model)  # DDP wrapper -> the model with encode/decode_step
         dec = self.cfg.task.decode
         if split == "valid":
