@@ -3,7 +3,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from rmsnorm_repro.runner.config import ConfigError, check_config
+from rmsnorm_repro.errors import ConfigError
+from rmsnorm_repro.runner.config import check_config
 from rmsnorm_repro.runner.step import clip_gradients, train_step
 from runner_fixtures.helpers import tiny
 
