@@ -1,5 +1,5 @@
 """Speed benchmarks, apart from training (`python -m rmsnorm_repro.bench`, `make speed`).
 
-kernels.py: norm implementations x shapes, forward and forward+backward, vs torch's LayerNorm.
-steps.py:   per-step time of every task x norm at the paper's model sizes, vs the paper's ratios.
+module.py, kernels.py, steps.py, floor.py, gpu.py: the tables of `make speed`, `speed-floor` and `speed-gpu`
+(docs/architecture.md); tables.py what they share; __main__.py the command line.
 """
