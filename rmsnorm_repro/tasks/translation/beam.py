@@ -5,22 +5,10 @@
     model.source_state (optional): names of the state's tensors that depend on the source only (encoder output,
         masks): the same for every hypothesis of a sentence, so a beam search step never reorders them.
 
-Beam search keeps K hypotheses per sentence in one (B*K)-row batch. A finished hypothesis stays
-in its beam with a frozen score (it may only "emit" EOS at no cost), so finished and open ones
-compete on the same raw log-probability; the winner per sentence is picked at the end by
-score / length**length_penalty (fairseq's normalization; 0 = raw score, 1 = per-token average).
-Open hypotheses can push a finished one out of the beam (their raw score is still higher); it is
-not lost: the best finished hypothesis of each sentence is also kept aside, and wins at the end
-when its normalized score beats every hypothesis left in the beam.
-
 A sentence leaves the batch once its result is fixed (greedy: at its EOS; beam: when all K of its
 hypotheses have ended), and its rows of every state tensor are dropped, so a step costs what the open
 sentences need. A row's computation does not depend on the other rows of the batch, so the hypotheses
 are those of decoding the whole batch to the end (tests/tasks/test_translation_beam.py).
-
-Output length is at most min(a * source length + b, cap) tokens (`max_length`): the cap bounds
-decoding time when a source line is absurdly long. Both decoders take `should_stop`, asked once
-per decoding step; when it returns True they raise EvaluationInterrupted.
 """
 from __future__ import annotations
 
@@ -42,11 +30,13 @@ def _reorder(state: dict[str, Tensor], idx: Tensor, keep: frozenset[str] = froze
 
 
 def max_length(src_mask: Tensor, a: float, b: int, cap: int = DEFAULT_MAX_DECODE_LEN) -> int:
-    """Decoding stops after min(a * (longest source) + b, cap) tokens."""
+    """Decoding stops after min(a * (longest source) + b, cap) tokens: the cap bounds decoding time when a
+    source line is absurdly long."""
     return min(int(a * int(src_mask.sum(1).max()) + b), int(cap))
 
 
 def _check(should_stop: Callable[[], bool] | None) -> None:
+    """Both decoders ask `should_stop` once a decoding step: a stop request ends an evaluation within a step."""
     if should_stop is not None and should_stop():
         raise EvaluationInterrupted("decoding stopped early: a stop was requested")
 
@@ -79,7 +69,15 @@ def greedy(model: nn.Module, src: Tensor, src_mask: Tensor, max_len: int,
 def beam_search(model: nn.Module, src: Tensor, src_mask: Tensor, beam: int, max_len: int,
                 length_penalty: float = 1.0, should_stop: Callable[[], bool] | None = None) -> list[list[int]]:
     """Best hypothesis per sentence (token lists without BOS, cut before EOS). A sentence whose K
-    hypotheses have all ended is decided: from then on its beam would only repeat EOS at no cost."""
+    hypotheses have all ended is decided: from then on its beam would only repeat EOS at no cost.
+
+    Beam search keeps K hypotheses per sentence in one (B*K)-row batch. A finished hypothesis stays
+    in its beam with a frozen score (it may only "emit" EOS at no cost), so finished and open ones
+    compete on the same raw log-probability; the winner per sentence is picked at the end by
+    score / length**length_penalty (fairseq's normalization; 0 = raw score, 1 = per-token average).
+    Open hypotheses can push a finished one out of the beam (their raw score is still higher); it is
+    not lost: the best finished hypothesis of each sentence is also kept aside, and wins at the end
+    when its normalized score beats every hypothesis left in the beam."""
     if beam < 1:
         raise ValueError(f"beam must be at least 1, got {beam}")
     b, k, dev = src.size(0), beam, src.device
