@@ -7,17 +7,6 @@ is the reference's, exactly.
     impl=compile    torch.compile of the reference function
     impl=auto       the fastest exact path available: fused where it exists, else reference
 
-The implementation is chosen once per (impl, device type, dtype), by `kernel()`, and a module keeps
-the function it got (RMSNorm chooses again only when it sees another dtype or is moved): a call
-runs no selection logic. Inside torch.compile (`traced`), impl=auto|fused on CPU is the same C++
-kernel as two opaque custom ops with an autograd formula (ops.py; Inductor's code for the formulas
-was 2.7-4.5x slower on this CPU); on CUDA, and for impl=reference|compile, the compiler traces the
-reference formulas and fuses them with their neighbours. torch.export always traces the formulas,
-so an exported program holds only standard ops and runs without the extension.
-A fast path that cannot run (no compiler, no Triton, an unsupported dtype) falls back to the
-reference: a missing compiler warns once. The implementation chosen is logged once per process and
-recorded for `implementations_used` (what RMSNormalization.describe() reports).
-
 Under autocast (bfloat16 activations, float32 gain; on CUDA float16 too) the fused kernels read the
 gain in float32 and return x's dtype, as F.layer_norm and F.rms_norm do; so does the reference, which
 computes in float32 (formulas.py).
@@ -74,7 +63,18 @@ def _params_fit(dtype: torch.dtype, param_dtype: torch.dtype | None) -> bool:
 def kernel(impl: str, device_type: str, dtype: torch.dtype, param_dtype: torch.dtype | None) -> tuple[str, Kernel]:
     """(name, f) with f(x, weight, bias, k, eps, eps_inside) -> y: what `impl` runs for x of `dtype` on
     `device_type` with gain/bias of `param_dtype` (x's dtype when there are none; None when gain and
-    bias differ). Chosen once per key; the first choice of each implementation is logged."""
+    bias differ). Chosen once per key; the first choice of each implementation is logged.
+
+    The implementation is chosen once per (impl, device type, dtype), by `kernel()`, and a module keeps
+    the function it got (RMSNorm chooses again only when it sees another dtype or is moved): a call
+    runs no selection logic. Inside torch.compile (`traced`), impl=auto|fused on CPU is the same C++
+    kernel as two opaque custom ops with an autograd formula (ops.py; Inductor's code for the formulas
+    was 2.7-4.5x slower on this CPU); on CUDA, and for impl=reference|compile, the compiler traces the
+    reference formulas and fuses them with their neighbours. torch.export always traces the formulas,
+    so an exported program holds only standard ops and runs without the extension.
+    A fast path that cannot run (no compiler, no Triton, an unsupported dtype) falls back to the
+    reference: a missing compiler warns once. The implementation chosen is logged once per process and
+    recorded for `implementations_used` (what RMSNormalization.describe() reports)."""
     name = resolve(impl, device_type)
     fn: Kernel
     if name == "fused-cpu" and dtype in _CPU_DTYPES and _params_fit(dtype, param_dtype):
