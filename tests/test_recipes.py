@@ -142,3 +142,23 @@ def test_the_card_states_order_embeddings_adam_ratio_as_computed():
     stated = f"{ratio(1):.1f}x at step 1, {ratio(peak):.1f}x near step {peak}, {ratio(100):.1f}x at step 100, {ratio(1000):.2f}x at step 1000"
     assert stated == "3.5x at step 1, 6.6x near step 12, 3.2x at step 100, 1.26x at step 1000"
     assert stated in CARD.read_text(encoding="utf-8")
+
+
+def continued_comments(text: str) -> list[int]:
+    """Line numbers of comment lines that continue a key's comment: a `#` in the column of the `#` that ends
+    the line above (section notes, at the start of their own lines, are not key comments)."""
+    lines, found = text.splitlines(), []
+    for number, (above, line) in enumerate(zip(lines, lines[1:]), start=2):
+        trailing = re.match(r"^(\s*[\w.\-]+:|\s*- ).*?\S\s+#", above)
+        if trailing and line.strip().startswith("#") and line.index("#") == len(trailing.group(0)) - 1:
+            found.append(number)
+    return found
+
+
+def test_a_config_keys_comment_is_one_line():
+    """Why a value, in one line; its history lives in docs/ (docs/small_study.md, docs/recipes.md)."""
+    assert continued_comments("steps: 1500    # why\n               # and its history\n") == [2]
+    assert continued_comments("steps: 1500    # why\n# the next section\n") == []
+    long = {str(p.relative_to(configs_dir())): continued_comments(p.read_text())
+            for p in sorted(configs_dir().rglob("*.yaml"))}
+    assert {name: lines for name, lines in long.items() if lines} == {}
