@@ -1,31 +1,6 @@
 """GRU with the authors' four-norm placement, and Nematus' weight initialization.
 
-One transition of `NormGRUCell` (Nematus / the authors' Theano code; gates ordered reset, update):
-
-    [a_r, a_z] = N1(W_g x + b_g)          input -> gates, reset and update normalized as ONE 2H vector
-    a_c        = N2(W_c x + b_c)          input -> candidate
-    [s_r, s_z] = N3(U_g h)                state -> gates, 2H jointly, no bias
-    s_c        = N4(U_c h)                state -> candidate, normalized BEFORE the reset gate multiplies it
-    r, z = sigmoid(a_r + s_r), sigmoid(a_z + s_z)
-    n    = tanh(a_c + r * s_c)
-    h'   = z * h + (1 - z) * n
-
-Each N is `norms.act(...)` with its own gain; the input bias is added before N1/N2 and no bias is
-added after (LayerNorm's own offset, where it has one, plays that part). Under norm=none every N is
-the identity and this is Nematus' plain GRU; under weightnorm the projections (`norms.linear`) are
-reparameterized instead.
-
-`bias_on="state"` moves the gate and candidate biases to the state side, before N3/N4 (b_g and b_c
-added to U_g h and U_c h; none on the input side): Nematus v0.3 builds the decoder's second GRU so
-(`nematus_compat=True`: layers.py `_get_gates_state`, `_get_proposal_state`, kept "for compatibility
-with dl4mt-tutorial").
-
-Speed (docs/performance.md): the input half (one GEMM for W_g and W_c together, plus N1 and N2) does not
-depend on h, so `NormGRU` computes it for all time steps at once over T*B rows and the loop only
-does one GEMM for U_g and U_c together, N3, N4 and the elementwise gates; U's gradient is one GEMM over
-all steps after the loop (`LoopLinear`), not one per step added up. On CPU, N3, N4 and the gates run as
-one C++ kernel forward and one backward (`fused_gru.py`), where the norms are none, RMSNorm, pRMSNorm or
-LayerNorm; `NormGRU` runs each direction's whole loop (products included) as one kernel there.
+The cell's formulas: NormGRUCell; the layer and how it runs fast: NormGRU.
 """
 from __future__ import annotations
 
@@ -91,10 +66,30 @@ def nematus_init_(model: nn.Module, std: float = 0.01, center: float = 0.0, dist
 
 # The cell -----------------------------------------------------------------------------------------
 class NormGRUCell(nn.Module):
-    """A GRU transition with four norms (module docstring). Split in two halves for speed:
+    """A GRU transition with four norms. Split in two halves for speed:
 
     `input_part(x)` -> (a_gates, a_cand): everything that depends only on the input (any leading
     shape, so it can run over all time steps at once); `step(a_gates, a_cand, h)` -> h'.
+
+    One transition (Nematus / the authors' Theano code; gates ordered reset, update):
+
+        [a_r, a_z] = N1(W_g x + b_g)          input -> gates, reset and update normalized as ONE 2H vector
+        a_c        = N2(W_c x + b_c)          input -> candidate
+        [s_r, s_z] = N3(U_g h)                state -> gates, 2H jointly, no bias
+        s_c        = N4(U_c h)                state -> candidate, normalized BEFORE the reset gate multiplies it
+        r, z = sigmoid(a_r + s_r), sigmoid(a_z + s_z)
+        n    = tanh(a_c + r * s_c)
+        h'   = z * h + (1 - z) * n
+
+    Each N is `norms.act(...)` with its own gain; the input bias is added before N1/N2 and no bias is
+    added after (LayerNorm's own offset, where it has one, plays that part). Under norm=none every N is
+    the identity and this is Nematus' plain GRU; under weightnorm the projections (`norms.linear`) are
+    reparameterized instead.
+
+    `bias_on="state"` moves the gate and candidate biases to the state side, before N3/N4 (b_g and b_c
+    added to U_g h and U_c h; none on the input side): Nematus v0.3 builds the decoder's second GRU so
+    (`nematus_compat=True`: layers.py `_get_gates_state`, `_get_proposal_state`, kept "for compatibility
+    with dl4mt-tutorial").
     """
 
     fused = True  # combine() through the one-kernel transition where it applies (fused_gru.py); False: op by op
@@ -176,6 +171,13 @@ class NormGRU(nn.Module):
     therefore starts at each sequence's own last real token. `outputs` are 0 at padded steps;
     `last` is the forward state after the last real token [, the backward state after token 0].
     recurrent_dropout applies one mask per sequence to h before the state projection (training only).
+
+    Speed (docs/performance.md): the input half (one GEMM for W_g and W_c together, plus N1 and N2) does not
+    depend on h, so `NormGRU` computes it for all time steps at once over T*B rows and the loop only
+    does one GEMM for U_g and U_c together, N3, N4 and the elementwise gates; U's gradient is one GEMM over
+    all steps after the loop (`LoopLinear`), not one per step added up. On CPU, N3, N4 and the gates run as
+    one C++ kernel forward and one backward (`fused_gru.py`), where the norms are none, RMSNorm, pRMSNorm or
+    LayerNorm; `NormGRU` runs each direction's whole loop (products included) as one kernel there.
     """
 
     fused_loop = True  # each direction's whole loop as one kernel where it applies (fused_gru.sequence); False: step by step
