@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
-import yaml
 
 from ..paths import table_command
-from ..record import SUMMARY_NUMBERS, SUMMARY_OBJECTS, check_summary, flatten
+from ..record import flatten, is_number, read_config, read_metrics, read_summary
 
 # Config keys that never define a group: where outputs go, how they are logged, and the seed.
 NOT_SWEPT = ("seed", "paths.", "logger.", "hydra.", "device", "train.max_minutes", "train.checkpoint_every",
@@ -111,7 +110,7 @@ class Run:
     @property
     def status(self) -> str:
         status = str(self.summary.get("status", "unknown"))
-        if status == TRAINED and not (_is_number(self.summary.get("steps")) and self.summary["steps"] > 0
+        if status == TRAINED and not (is_number(self.summary.get("steps")) and self.summary["steps"] > 0
                                       and isinstance(self.summary.get("final"), dict)):
             return EMPTY
         return status
@@ -120,7 +119,7 @@ class Run:
     def time_ci(self) -> tuple[float, float] | None:
         """summary["s_per_1k_steps_ci95"] as (lo, hi); None when the summary predates it or has none."""
         ci = self.summary.get("s_per_1k_steps_ci95")
-        if isinstance(ci, list) and len(ci) == 2 and all(_is_number(v) and math.isfinite(v) for v in ci):
+        if isinstance(ci, list) and len(ci) == 2 and all(is_number(v) and math.isfinite(v) for v in ci):
             return float(ci[0]), float(ci[1])
         return None
 
@@ -143,20 +142,8 @@ class Run:
 
     @cached_property
     def history(self) -> list[dict[str, Any]]:
-        """metrics.jsonl; a run killed mid-write may leave a torn last line, which is skipped (so is any
-        line that is not a JSON object). Bytes that are not UTF-8 are an error naming the file and line."""
-        path = self.path / "metrics.jsonl"
-        if not path.exists():
-            return []
-        lines = []
-        for line in _read_text(path).split("\n"):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                lines.append(record)
-        return lines
+        """metrics.jsonl's records (record.read_metrics: a line torn by a kill is skipped)."""
+        return read_metrics(self.path / "metrics.jsonl")
 
     def points(self, metric: str, x: str = "step") -> list[tuple[float, float, float]]:
         """(step, x, value) of every metrics.jsonl line that logged `metric` (x: "step" or "wall_s")."""
@@ -193,7 +180,7 @@ def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None
             continue
         run_dir = summary_path.parent
         try:
-            runs.append(Run(run_dir, read_summary(summary_path), _read_config(run_dir / "config.yaml")))
+            runs.append(Run(run_dir, read_summary(summary_path), read_config(run_dir / "config.yaml")))
         except ValueError as err:
             if unreadable is None:
                 raise
@@ -202,7 +189,7 @@ def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None
     finished = {run.path for run in runs} | failed
     started = {path.parent for name in ("metrics.jsonl", "config.yaml") for path in root.rglob(name)
                if not _skipped(path, root)}
-    in_progress = [Run(run_dir, {}, _read_config(run_dir / "config.yaml")) for run_dir in sorted(started - finished)]
+    in_progress = [Run(run_dir, {}, read_config(run_dir / "config.yaml")) for run_dir in sorted(started - finished)]
     return Runs(runs, in_progress, root)
 
 
@@ -210,70 +197,6 @@ def _skipped(path: Path, root: Path) -> bool:
     """Files of Hydra (.hydra/config.yaml) and wandb (wandb/.../config.yaml) are not run files."""
     parts = path.relative_to(root).parts[:-1]
     return any(part == ".hydra" or part == "wandb" for part in parts)
-
-
-def _read_text(path: Path) -> str:
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise ValueError(f"{path}: line {line} is not valid UTF-8 (byte 0x{raw[err.start]:02x}); "
-                         "repair or delete that line, or delete the run") from err
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), "a number" if _is_number(value) else
-                                                                   type(value).__name__)
-
-
-
-
-def read_summary(path: Path) -> dict[str, Any]:
-    """summary.json as a dict, checked for the shape the report relies on: one ValueError naming the
-    file for invalid JSON, a non-object, or a key of the wrong type."""
-    try:
-        summary = json.loads(_read_text(path))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); delete that run or rerun it") from err
-    if not isinstance(summary, dict):
-        raise ValueError(f"{path} holds {_kind(summary)}, not a JSON object; delete that run or rerun it")
-    summary = check_summary(summary, path)  # a version this suite reads, or one line why not
-    for key in SUMMARY_OBJECTS:
-        if summary.get(key) is not None and not isinstance(summary[key], dict):
-            raise ValueError(f'{path}: "{key}" is {_kind(summary[key])}, not an object; delete that run or rerun it')
-    for key in SUMMARY_NUMBERS:
-        if summary.get(key) is not None and not _is_number(summary[key]):
-            raise ValueError(f'{path}: "{key}" is {_kind(summary[key])}, not a number; delete that run or rerun it')
-    ci = summary.get("s_per_1k_steps_ci95")
-    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_is_number(v) for v in ci)):
-        raise ValueError(f'{path}: "s_per_1k_steps_ci95" is {json.dumps(ci)}, not [low, high]; '
-                         "delete that run or rerun it")
-    return summary
-
-
-def _read_config(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
-    try:
-        config = yaml.safe_load(_read_text(path))
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        raise ValueError(f"{path} is not valid YAML{at}; delete that run or rerun it") from err
-    if config is None:
-        return {}
-    if not isinstance(config, dict):
-        raise ValueError(f"{path} holds {_kind(config)}, not a mapping; delete that run or rerun it")
-    return config
 
 
 def _flatten(tree: Any) -> dict[str, str]:
@@ -342,7 +265,7 @@ class Group:
     def timed(self) -> list[Run]:
         """Completed and diverged runs with a step time (the paper timed its failing baseline too)."""
         return [run for run in self.runs if run.status in (TRAINED, DIVERGED) and run.summary.get("steps")
-                and _is_number(run.summary.get("s_per_1k_steps")) and math.isfinite(run.summary["s_per_1k_steps"])]
+                and is_number(run.summary.get("s_per_1k_steps")) and math.isfinite(run.summary["s_per_1k_steps"])]
 
     def time(self) -> Stat | None:
         """Seconds per 1k steps (each run's median; older summaries: mean), mean and std over the timed runs."""

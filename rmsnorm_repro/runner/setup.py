@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fcntl
 import importlib
-import json
 import logging
 import platform
 from dataclasses import dataclass
@@ -223,7 +222,7 @@ def guard_resume(plan: Plan) -> None:
     plan.resume_from = last if last.exists() else None
     plan.reevaluate = bool(diff.eval_only or diff.selection)
     plan.reselect = bool(diff.selection)
-    summary = read_summary(run_dir / "summary.json")
+    summary = record.read_summary(run_dir / "summary.json", strict=False)  # unreadable: the run goes on
     status = summary.get("status")
     needs_weights = diff.budget + diff.eval_only + diff.selection  # more steps, a new evaluation or selection
     if plan.resume_from is None and status in ("completed", "diverged"):
@@ -235,15 +234,6 @@ def guard_resume(plan: Plan) -> None:
         plan.finished = summary
     elif status == "completed" and not needs_weights:  # with its checkpoints (the branch above: without)
         plan.finished = summary
-
-
-def read_summary(path: Path) -> dict[str, Any]:
-    """A run's summary.json, or {} when there is none or it cannot be read (the run then goes on)."""
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return summary if isinstance(summary, dict) else {}
 
 
 def check_schedule_continues(plan: Plan, steps_done: int) -> None:
