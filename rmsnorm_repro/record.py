@@ -234,6 +234,41 @@ def changes(saved: dict[str, Any], new: dict[str, Any]) -> Changes:
     return out
 
 
+# Keys this suite added after its first runs, each at the behaviour runs had before it: the value a run
+# whose config.yaml predates the key trained with (a resume accepts its absence the same way)
+ADDED_KEYS = {"train.compile": False, "train.precision": "fp32", "train.select_metric": None,
+              "train.select_mode": None, "train.early_stop_patience": None, "optim.eps_inside": False,
+              "allocator": "default"}
+# where a summary.json holds a run's identity (identity()), by config key
+SUMMARY_IDENTITY = {"task.name": "task", "norm.name": "norm", "norm.p": "p", "seed": "seed", "data.name": "data",
+                    "scale.name": "scale"}
+
+
+def filled_config(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """A run's config as it trained: config.yaml, with what it lacks taken from summary.json (the run's
+    identity) or ADDED_KEYS (a key newer than the run), so an older or damaged record reads as the run it
+    is. A key neither knows stays absent; readers treat it as a resume does (it differs from nothing)."""
+    flat = flatten(config)
+    for key, name in SUMMARY_IDENTITY.items():
+        if key not in flat and summary.get(name) is not None:
+            flat[key] = summary[name]
+    for key, value in ADDED_KEYS.items():
+        flat.setdefault(key, value)
+    return unflatten(flat)
+
+
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    """flatten's inverse."""
+    tree: dict[str, Any] = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree
+
+
 def fingerprint(config: dict[str, Any]) -> str:
     """A short hash of what a run trains: its config without the keys that may change on resume."""
     kept = {k: v for k, v in flatten(config).items()

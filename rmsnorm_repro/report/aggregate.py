@@ -36,7 +36,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..paths import table_command
-from ..record import flatten, is_number, read_config, read_metrics, read_summary
+from ..record import filled_config, flatten, is_number, read_config, read_metrics, read_summary
 
 # Config keys that never define a group: where outputs go, how they are logged, and the seed.
 NOT_SWEPT = ("seed", "paths.", "logger.", "hydra.", "device", "train.max_minutes", "train.checkpoint_every",
@@ -180,7 +180,10 @@ def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None
             continue
         run_dir = summary_path.parent
         try:
-            runs.append(Run(run_dir, read_summary(summary_path), read_config(run_dir / "config.yaml")))
+            summary = read_summary(summary_path)
+            run = Run(run_dir, summary, filled_config(read_config(run_dir / "config.yaml"), summary))
+            run.history  # read now: a damaged metrics.jsonl leaves its run out here, not a whole report later
+            runs.append(run)
         except ValueError as err:
             if unreadable is None:
                 raise
@@ -189,8 +192,16 @@ def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None
     finished = {run.path for run in runs} | failed
     started = {path.parent for name in ("metrics.jsonl", "config.yaml") for path in root.rglob(name)
                if not _skipped(path, root)}
-    in_progress = [Run(run_dir, {}, read_config(run_dir / "config.yaml")) for run_dir in sorted(started - finished)]
+    in_progress = [Run(run_dir, {}, _config_or_nothing(run_dir / "config.yaml")) for run_dir in sorted(started - finished)]
     return Runs(runs, in_progress, root)
+
+
+def _config_or_nothing(path: Path) -> dict[str, Any]:
+    """A run in progress is named by its folder: a config.yaml being damaged does not stop a report."""
+    try:
+        return read_config(path)
+    except ValueError:
+        return {}
 
 
 def _skipped(path: Path, root: Path) -> bool:
@@ -214,7 +225,7 @@ def swept_keys(runs: list[Run]) -> list[str]:
         for key in set().union(*configs):
             if key.startswith(NOT_SWEPT) or key in ("norm.p", "norm.name", "task.name"):
                 continue
-            if len({c.get(key) for c in configs}) > 1:
+            if len({c[key] for c in configs if key in c}) > 1:  # a key a run lacks differs from nothing
                 keys.add(key)
     return sorted(keys)
 

@@ -129,12 +129,8 @@ def refuse_mixed(runs: list[Run]) -> None:
 
 # Grouping ------------------------------------------------------------------------------------------
 def settings(run: Run) -> dict[str, str]:
-    """A run's flattened config (values as JSON text), with the norm and p of its summary where the
-    config lacks them (a run folder without config.yaml still has a norm)."""
-    flat = _flatten(run.config)
-    flat.setdefault("norm.name", json.dumps(run.norm))
-    flat.setdefault("norm.p", json.dumps(run.p))
-    return flat
+    """A run's flattened config (values as JSON text; load_runs filled in what its config.yaml lacks)."""
+    return _flatten(run.config)
 
 
 def differing_keys(runs: list[Run]) -> list[str]:
@@ -145,12 +141,13 @@ def differing_keys(runs: list[Run]) -> list[str]:
             if not key.startswith(NOT_SWEPT) and key not in NEVER_A_GROUP}
     ordered = sorted(keys, key=lambda k: (KEY_ORDER.index(k) if k in KEY_ORDER else len(KEY_ORDER), k))
     kept: list[str] = []
-    blocks = 1
     for key in ordered:
-        split = len({tuple(config.get(k, ABSENT) for k in (*kept, key)) for config in flat})
-        if split > blocks:
+        # among the runs that have the key: one that lacks it (recorded before it existed, and not in
+        # record.ADDED_KEYS) differs from nothing, as a resume treats it
+        having = [config for config in flat if key in config]
+        before = len({tuple(config.get(k, ABSENT) for k in kept) for config in having})
+        if len({tuple(config.get(k, ABSENT) for k in (*kept, key)) for config in having}) > before:
             kept.append(key)
-            blocks = split
     return kept
 
 

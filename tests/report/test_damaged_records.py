@@ -1,0 +1,64 @@
+"""Fault injection into run records (docs/reliability.md): every reading command leaves a damaged run
+out and names it in one line, fills a key an older run did not record by the rule a resume uses, and
+never gives a verdict that the damage changed."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from rmsnorm_repro.report import aggregate, compare
+from rmsnorm_repro.report.__main__ import main as report_main
+from runner_fixtures.fake_runs import write_run
+
+
+def four_runs(root: Path) -> list[Path]:
+    """layernorm and rmsnorm x seeds 1, 2, every config with train.precision (as today's runs write it)."""
+    runs = []
+    for norm, error in (("layernorm", 0.30), ("rmsnorm", 0.20)):
+        for seed in (1, 2):
+            run = write_run(root, "reader", norm, seed, final={"error": error + seed / 1000})
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            config["train"]["precision"] = "fp32"
+            (run / "config.yaml").write_text(yaml.safe_dump(config))
+            summary = json.loads((run / "summary.json").read_text())
+            (run / "summary.json").write_text(json.dumps({**summary, "data": "synthetic", "scale": "mini"}))
+            runs.append(run)
+    return runs
+
+
+def drop_key(run: Path, section: str, key: str) -> None:
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    del config[section][key]
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_a_key_older_runs_did_not_record_does_not_split_their_groups(tmp_path: Path):
+    runs = four_runs(tmp_path)
+    for run in runs[1:]:
+        drop_key(run, "train", "precision")  # recorded before train.precision existed: they trained in fp32
+    c = compare.compare([str(tmp_path)])
+    assert [(g.label, len(g.runs)) for g in c.groups] == [("norm=layernorm", 2), ("norm=rmsnorm", 2)]
+    assert [(g.label, len(g.runs)) for g in aggregate.group_runs(aggregate.load_runs(tmp_path))] == [
+        ("layernorm", 2), ("rmsnorm", 2)]
+
+
+def test_a_run_without_config_yaml_joins_its_group_from_its_summary(tmp_path: Path):
+    runs = four_runs(tmp_path)
+    (runs[3] / "config.yaml").unlink()
+    c = compare.compare([str(tmp_path)])
+    assert [(g.label, len(g.runs)) for g in c.groups] == [("norm=layernorm", 2), ("norm=rmsnorm", 2)]
+    groups = aggregate.group_runs(aggregate.load_runs(tmp_path))
+    assert [(g.label, len(g.runs)) for g in groups] == [("layernorm", 2), ("rmsnorm", 2)]
+
+
+def test_a_bad_byte_in_one_metrics_file_leaves_that_run_out_named(tmp_path: Path, capsys):
+    runs = four_runs(tmp_path)
+    with open(runs[0] / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 200, "loss": "\xff"}\n')
+    assert report_main(["compare", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "left out 1 run(s)" in err
+    page = (tmp_path / "out" / "compare.md").read_text()
+    assert "metrics.jsonl: line 11 is not valid UTF-8" in page
