@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import figures as figs
 from .aggregate import load_runs
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, cannot_write
 from ..paths import table_command
 from .tables import PAGES, page_runs, relative_to_page, render_page
 
@@ -143,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"logged {', '.join(written)} to wandb ({where})", file=sys.stderr)
     except (ValueError, FileNotFoundError) as err:  # ConfigError (a wandb key or network problem) is a ValueError
         print(f"rmsnorm-report: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"rmsnorm-report: {cannot_write(err, 'choose folders you can write to with --out and --figures')}",
+              file=sys.stderr)
         return 2
     return 0
 

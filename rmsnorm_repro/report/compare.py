@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, cannot_write
 from ..record import ABSENT, metric_goal
 from . import figures as figs
 from .aggregate import NORM_ORDER, NOT_SWEPT, TRAINED, Group, Run, Stat, _flatten, load_runs
@@ -430,9 +430,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         comparison = compare(args.runs, args.baseline)
-        path, text = write(comparison, args.out if args.out is not None else default_out(args.runs))
+        out = args.out if args.out is not None else default_out(args.runs)
     except (ValueError, FileNotFoundError) as err:
         print(f"rmsnorm-report compare: {err}", file=sys.stderr)
+        return 2
+    try:
+        path, text = write(comparison, out)
+    except OSError as err:  # the table is shown anyway: reading needed no write
+        print(render(comparison, out, None))
+        print(f"rmsnorm-report compare: {cannot_write(err, 'choose a folder you can write to with --out')}",
+              file=sys.stderr)
         return 2
     print(text)
     if comparison.skipped:
