@@ -246,14 +246,16 @@ SUMMARY_IDENTITY = {"task.name": "task", "norm.name": "norm", "norm.p": "p", "se
 
 def filled_config(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     """A run's config as it trained: config.yaml, with what it lacks taken from summary.json (the run's
-    identity) or ADDED_KEYS (a key newer than the run), so an older or damaged record reads as the run it
-    is. A key neither knows stays absent; readers treat it as a resume does (it differs from nothing)."""
+    identity) or, for a config.yaml older than a key, ADDED_KEYS, so an older or damaged record reads as
+    the run it is. A key neither knows (all of them when config.yaml is gone) stays absent; readers treat
+    it as a resume does: it differs from nothing."""
     flat = flatten(config)
+    if flat:
+        for key, value in ADDED_KEYS.items():
+            flat.setdefault(key, value)
     for key, name in SUMMARY_IDENTITY.items():
         if key not in flat and summary.get(name) is not None:
             flat[key] = summary[name]
-    for key, value in ADDED_KEYS.items():
-        flat.setdefault(key, value)
     return unflatten(flat)
 
 

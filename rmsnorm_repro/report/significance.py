@@ -47,14 +47,23 @@ def _key(a: list[str], b: list[str]) -> str:
 
 
 def bootstrap_notes(groups: list[Group], cache: Path, references: Callable[[Run], list[str] | None],
-                    against: str = "layernorm") -> dict[tuple[str, str], str]:
+                    against: str = "layernorm", damaged: list[tuple[Path, str]] | None = None) -> dict[tuple[str, str], str]:
     """{(task, norm): "paired bootstrap on valid, per seed: seed 1 +0.41 BLEU (p = 0.21); ..."} for every
     group with a seed of `against` beside it. references(run) gives a run's valid references (None when
-    the data is not there: then only cached results are shown)."""
-    try:
-        known = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        known = {}
+    the data is not there: then only cached results are shown). A cache that cannot be read is appended
+    to `damaged` (when given) with what it costs."""
+    known = {}
+    if cache.exists():
+        try:
+            known = json.loads(cache.read_text(encoding="utf-8"))
+            if not isinstance(known, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as err:
+            known = {}
+            if damaged is not None:
+                damaged.append((cache, f"cannot be read ({type(err).__name__}: {err}), so the paired bootstrap notes "
+                                       "are computed again where the data is here and left out where not: delete it "
+                                       "to compute them afresh"))
     notes, changed = {}, False
     by_norm: dict[tuple[str, str], Group] = {}
     for group in groups:
