@@ -278,6 +278,24 @@ def fingerprint(config: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+# .lock: a training process holds an exclusive flock on it while it runs -----------------------------
+LOCK_FILE = ".lock"
+
+
+def lock_holder(run_dir: str | os.PathLike) -> int | None:
+    """The pid training in run_dir now (holding its .lock), from /proc/locks (Linux): no lock is taken,
+    so asking never refuses a run that starts meanwhile. None: nobody, or it cannot be told here."""
+    try:
+        inode = (Path(run_dir) / LOCK_FILE).stat().st_ino
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+                return int(fields[4])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 # summary.json -------------------------------------------------------------------------------------
 # summary.json's keys (README "Runs, resume and sweeps" lists them all): the shapes of those the
 # report checks (null is always allowed), and the scalars a logger shows

@@ -41,6 +41,11 @@ def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir:
               f"{', '.join(str(r.path) for r in found if r not in runs)}", file=sys.stderr)
     if names == ["all"]:  # the pages whose setting these runs are (no Figure 3 without a p sweep)
         names = [name for name, page in PAGES.items() if page.why_not(runs) is None]
+        if not names:
+            tasks = ", ".join(sorted({run.task for run in runs}))
+            raise ValueError(f"the runs under {runs_dir} ({tasks}) fit none of the pages ({', '.join(PAGES)}): each "
+                             f"needs its task's sweep, e.g. {table_command('table2')}; `rmsnorm-report compare "
+                             f"{runs_dir}` compares any runs")
     written = {}
     drawn = {} if drawn is None else drawn
     for name in names:

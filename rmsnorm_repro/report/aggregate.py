@@ -36,7 +36,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..paths import table_command
-from ..record import filled_config, flatten, is_number, read_config, read_metrics, read_summary
+from ..record import filled_config, flatten, is_number, lock_holder, read_config, read_metrics, read_summary
 
 # Config keys that never define a group: where outputs go, how they are logged, and the seed.
 NOT_SWEPT = ("seed", "paths.", "logger.", "hydra.", "device", "train.max_minutes", "train.checkpoint_every",
@@ -46,6 +46,8 @@ NORM_ORDER = ("none", "batchnorm", "weightnorm", "l2norm", "layernorm", "rmsnorm
 # A status whose numbers are real: completed runs, and diverged runs for their step time only.
 TRAINED = "completed"
 DIVERGED = "diverged"
+# a run whose .lock a process holds now: its summary.json, if any, is of an earlier session
+TRAINING = "training"
 # a "completed" summary without a step count or final metrics (e.g. hand-written or truncated)
 EMPTY = "without numbers"
 # the bootstrap of step-time intervals: draws, and a fixed seed so a report is the same every time
@@ -107,8 +109,15 @@ class Run:
     def seed(self) -> int | None:
         return self.summary.get("seed", self.config.get("seed"))
 
+    @cached_property
+    def training(self) -> bool:
+        """A process is training this run now (it holds the run's .lock)."""
+        return lock_holder(self.path) is not None
+
     @property
     def status(self) -> str:
+        if self.training:
+            return TRAINING
         status = str(self.summary.get("status", "unknown"))
         if status == TRAINED and not (is_number(self.summary.get("steps")) and self.summary["steps"] > 0
                                       and isinstance(self.summary.get("final"), dict)):

@@ -31,7 +31,7 @@ from typing import Callable
 from ..atomic import atomic_write_text, cannot_write
 from ..record import ABSENT, metric_goal
 from . import figures as figs
-from .aggregate import NORM_ORDER, NOT_SWEPT, TRAINED, Group, Run, Stat, _flatten, load_runs
+from .aggregate import NORM_ORDER, NOT_SWEPT, TRAINED, TRAINING, Group, Run, Stat, _flatten, load_runs
 from .claims import difference_verdict
 
 # the metrics of a task's row: a `final` key is shown when it is one of these or ends in "_" + one
@@ -102,7 +102,9 @@ def read(folders: list[Path]) -> tuple[list[Run], list[tuple[Path, str]]]:
     for folder in folders:
         unreadable: list[tuple[Path, str]] = []
         found = load_runs(folder, unreadable)
-        in_progress = [(run.path, "in progress, or killed before writing summary.json") for run in found.in_progress]
+        in_progress = [(run.path, TRAINING if run.training else
+                        "no summary.json and no process here holds its .lock: killed, or training on another machine")
+                       for run in found.in_progress]
         for path, why in unreadable + in_progress:
             if path.resolve() not in seen:
                 seen.add(path.resolve())

@@ -62,3 +62,30 @@ def test_a_bad_byte_in_one_metrics_file_leaves_that_run_out_named(tmp_path: Path
     assert "left out 1 run(s)" in err
     page = (tmp_path / "out" / "compare.md").read_text()
     assert "metrics.jsonl: line 11 is not valid UTF-8" in page
+
+
+def test_table_all_on_runs_that_fit_no_page_is_one_line_and_not_0(tmp_path: Path, capsys):
+    four_runs(tmp_path)  # task "reader"-named runs of no page's setting: a made-up recipe
+    for run in tmp_path.iterdir():
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "task": "tiny"}))
+    assert report_main([str(tmp_path), "--table", "all", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fit none of the pages" in err
+
+
+def test_a_run_whose_lock_is_held_is_shown_as_training_not_by_its_old_summary(tmp_path: Path, capsys):
+    import fcntl
+
+    runs = four_runs(tmp_path)
+    started = tmp_path / "reader-rmsnorm-new"  # a fresh run, its summary not yet written
+    started.mkdir()
+    (started / "config.yaml").write_text((runs[3] / "config.yaml").read_text())
+    with open(runs[3] / ".lock", "a") as resumed, open(started / ".lock", "a") as fresh:
+        fcntl.flock(resumed, fcntl.LOCK_EX)  # runs[3] is being extended: its summary.json is of the last session
+        fcntl.flock(fresh, fcntl.LOCK_EX)
+        assert report_main(["compare", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "compare.md").read_text()
+    assert f"`../{runs[3].name}` (training)" in page and f"`../{started.name}` (training)" in page
+    assert "| norm=rmsnorm | 1 |" in page.replace("**", "")
+    assert aggregate.load_runs(tmp_path)[3].status == "completed"  # the lock is released: its numbers count again
