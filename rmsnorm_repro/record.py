@@ -237,7 +237,7 @@ def changes(saved: dict[str, Any], new: dict[str, Any]) -> Changes:
 # Keys this suite added after its first runs, each at the behaviour runs had before it: the value a run
 # whose config.yaml predates the key trained with (a resume accepts its absence the same way)
 ADDED_KEYS = {"train.compile": False, "train.precision": "fp32", "train.select_metric": None,
-              "train.select_mode": None, "train.early_stop_patience": None, "optim.eps_inside": False,
+              "train.select_mode": None, "train.early_stop_patience": None, "train.max_loss": None, "optim.eps_inside": False,
               "allocator": "default"}
 # where a summary.json holds a run's identity (identity()), by config key
 SUMMARY_IDENTITY = {"task.name": "task", "norm.name": "norm", "norm.p": "p", "seed": "seed", "data.name": "data",

@@ -112,6 +112,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
     cfg, task, world, device = run.cfg, run.task, run.world, run.device
     loop = Loop(run, state, stop)
     total = int(cfg.train.steps)
+    max_loss = cfg.train.get("max_loss")  # a finite blow-up is divergence too
     budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else math.inf
     # token shards differ in size: weigh each rank's mean so DDP's average is the global mean
     loss_weight = ((lambda n: distributed.token_weight(n, device, world))
@@ -153,7 +154,7 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
             interval_loss += task.summed_loss(loss_value, int(n), batch, world.world_size)
             if run.wandb is not None:
                 run.wandb.log({"loss": loss_value, "step_ms": ms, "lr": lr, "wall_s": round(loop.clock(), 3)}, step=done)
-            diverged = not math.isfinite(loss_value)
+            diverged = not math.isfinite(loss_value) or (max_loss is not None and loss_value > max_loss)
             last = done == total or out_of_time or stopping is not None
 
             line = {"step": done, "wall_s": round(loop.clock(), 3), "loss": loss_value, "step_ms": round(ms, 3),
@@ -175,7 +176,8 @@ def train(run: Run, state: TrainState, stop: dict[str, Any]) -> dict[str, Any]:
 
             if diverged:
                 status = "diverged"  # no checkpoint: the last one holds the last finite state
-                log.warning(f"loss is {loss_value} at step {done}: run diverged, stopping")
+                above = f" (above train.max_loss {max_loss:g})" if math.isfinite(loss_value) else ""
+                log.warning(f"loss is {loss_value} at step {done}{above}: run diverged, stopping")
                 break
             early_stopped = evaluated_now and distributed.any_rank(loop.early_stopped(), device, world)
             if done % cfg.train.checkpoint_every == 0 or last or stopping is not None or early_stopped:
