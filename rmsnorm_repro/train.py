@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from . import record
 from .paths import configs_dir
+from .launchers.sweep import end_unended
 from .runner import ConfigError, run
 from .runner.config import scrub_yaml_file
 from .runner.signals import forward_to_workers, in_sweep_worker, park_if_sweep_stops
@@ -194,7 +195,11 @@ def _main() -> None:
         except HydraException:  # a malformed override: Hydra reports it in one line below
             pass
     try:
-        _job()
+        try:
+            _job()
+        except Exception:
+            end_unended()  # a failed job makes Hydra raise before the sweep's end table
+            raise
     except RunFailed:
         sys.exit(2)
     except RunInterrupted as e:
