@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,6 +103,23 @@ def disk_error_line(e: OSError) -> str:
             "folders you can write, or fix the folder's permissions")
 
 
+def _launcher_unusable(args: list[str]) -> str | None:
+    """Why the command line's launcher cannot do what it says here, else None: `launcher=slurm` without -m
+    (Hydra runs the job in this process: on a login node, it trains there) or without sbatch (submitit
+    fails in 40 lines), and `hydra.launcher.n_jobs=0` (joblib's traceback)."""
+    if "hydra.launcher.n_jobs=0" in args:
+        return "hydra.launcher.n_jobs=0 runs nothing: give 1 or more jobs at a time (-1: one per CPU core)"
+    if "launcher=slurm" not in args:
+        return None
+    if not {"-m", "--multirun"} & set(args):
+        return ("launcher=slurm submits a sweep's jobs to SLURM and takes effect only with -m: add -m (a single "
+                "run is a sweep of one), or drop launcher=slurm to train in this process")
+    if shutil.which("sbatch") is None:
+        return ("launcher=slurm needs SLURM's sbatch, and there is no SLURM here (no sbatch on PATH): run the "
+                "sweep on the cluster's login node, or train here with launcher=joblib")
+    return None
+
+
 def _slurm_error(e: BaseException) -> tuple[str, int] | None:
     """(one line, exit code) for submitit's errors that need no traceback, else None: sbatch refusing the
     jobs (resources the cluster lacks: bad input, 2; sbatch's own line is already on stderr), or a job
@@ -187,6 +205,10 @@ def _main() -> None:
         # torchrun starts one Hydra per rank, all with the same run dir (its name has no timestamp):
         # rank 0 alone writes Hydra's .hydra/ files and the job log; the other ranks log to the console
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
+    launcher_line = _launcher_unusable(sys.argv[1:])
+    if launcher_line is not None:
+        print(f"error: {launcher_line}", file=sys.stderr, flush=True)
+        sys.exit(2)
     if {"-m", "--multirun"} & set(sys.argv):
         forward_to_workers()  # a stopped sweep stops its worker processes too
         # what the sweep varies names its job folders (record.job_dirname), in every job process

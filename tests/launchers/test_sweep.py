@@ -28,3 +28,11 @@ def test_the_end_table_is_printed_when_a_job_fails_and_names_it(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "| group |" in proc.stdout and "prmsnorm p=0.5" in proc.stdout  # the table of the job that finished
     assert "sweep: 1 job(s) ended without a summary: norm.p=2," in proc.stderr  # the failed one, named
+
+
+def test_n_jobs_0_is_one_line(tmp_path):
+    from runner_fixtures.helpers import cli
+
+    proc = cli("-m", "task=tiny", "seed=1,2", "launcher=joblib", "hydra.launcher.n_jobs=0",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "n_jobs=0" in proc.stderr, proc.stderr[-2000:]
