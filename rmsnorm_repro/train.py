@@ -237,6 +237,12 @@ def _main() -> None:
             raise
         print(f"error: {disk_error_line(e)}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except ValueError as e:  # logging's "Unable to configure handler 'file'": Hydra's train.log cannot be opened
+        cause = e.__cause__ or e.__context__
+        if full_error or not (isinstance(cause, OSError) and cause.errno in DISK_ERRORS):
+            raise
+        print(f"error: {disk_error_line(cause)}", file=sys.stderr, flush=True)
+        sys.exit(2)
     except RuntimeError as e:
         found = None if full_error else _slurm_error(e)
         if found is None:
