@@ -181,6 +181,8 @@ def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None
     A run whose files cannot be read (a newer record version, a damaged file) raises ValueError, or,
     when `unreadable` is given, is appended to it as (run directory, why) and left out."""
     root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"{root} is a file, not a folder of runs: give the folder the runs are in")
     if not root.is_dir():
         raise FileNotFoundError(f"runs directory {root} does not exist: run the sweep first (e.g. {table_command('table2')})")
     runs, failed = [], set()

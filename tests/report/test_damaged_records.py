@@ -89,3 +89,10 @@ def test_a_run_whose_lock_is_held_is_shown_as_training_not_by_its_old_summary(tm
     assert f"`../{runs[3].name}` (training)" in page and f"`../{started.name}` (training)" in page
     assert "| norm=rmsnorm | 1 |" in page.replace("**", "")
     assert aggregate.load_runs(tmp_path)[3].status == "completed"  # the lock is released: its numbers count again
+
+
+def test_a_file_given_as_the_runs_folder_is_named_as_a_file(tmp_path: Path, capsys):
+    (tmp_path / "runs.txt").write_text("x")
+    assert report_main([str(tmp_path / "runs.txt"), "--table", "table2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a file, not a folder of runs" in err
