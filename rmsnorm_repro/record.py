@@ -155,6 +155,11 @@ def shown_folder(root: str | os.PathLike, data_dir: str | os.PathLike | None = N
     return ".../" + "/".join(folder.parts[1:][-2:])
 
 
+def printable(path: str | os.PathLike) -> str:
+    """A path as text a UTF-8 file can hold: bytes of a folder name that are not UTF-8 as \\xff escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def shown_source(source: str) -> str:
     """data_info's "kind:folder" with the folder as shown_folder names it (summaries written before it
     carried absolute paths); other sources ("synthetic", "hub:...") as they are."""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..atomic import atomic_write_text, cannot_write
-from ..record import ABSENT, metric_goal
+from ..record import ABSENT, metric_goal, printable
 from . import figures as figs
 from .aggregate import NORM_ORDER, NOT_SWEPT, TRAINED, TRAINING, Group, Run, Stat, _flatten, load_runs
 from .claims import difference_verdict
@@ -349,7 +349,7 @@ def differences_table(c: Comparison) -> list[str]:
 
 def shown_path(path: Path, md_dir: Path) -> str:
     """A run folder relative to the page (never the machine's absolute path)."""
-    return Path(os.path.relpath(path.resolve(), md_dir.resolve())).as_posix()
+    return printable(Path(os.path.relpath(path.resolve(), md_dir.resolve())).as_posix())
 
 
 def render(c: Comparison, md_dir: Path, figure: Path | None = None) -> str:

@@ -96,3 +96,12 @@ def test_a_file_given_as_the_runs_folder_is_named_as_a_file(tmp_path: Path, caps
     assert report_main([str(tmp_path / "runs.txt"), "--table", "table2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a file, not a folder of runs" in err
+
+
+def test_a_folder_name_that_is_not_utf8_is_shown_escaped(tmp_path: Path):
+    import os
+
+    runs = four_runs(tmp_path / "runs")
+    os.rename(runs[3], os.fsdecode(bytes(tmp_path / "runs") + b"/bad\xffname"))
+    assert report_main(["compare", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
+    assert "`../runs/bad\\xffname`" in (tmp_path / "out" / "compare.md").read_text()
