@@ -106,9 +106,13 @@ def disk_error_line(e: OSError) -> str:
 def _launcher_unusable(args: list[str]) -> str | None:
     """Why the command line's launcher cannot do what it says here, else None: `launcher=slurm` without -m
     (Hydra runs the job in this process: on a login node, it trains there) or without sbatch (submitit
-    fails in 40 lines), and `hydra.launcher.n_jobs=0` (joblib's traceback)."""
+    fails in 40 lines), `hydra.launcher.n_jobs=0` (joblib's traceback) and `hydra.launcher.timeout_min=0`
+    (submitit then reports each job as a SLURM job that ended without a result, even a local one)."""
     if "hydra.launcher.n_jobs=0" in args:
         return "hydra.launcher.n_jobs=0 runs nothing: give 1 or more jobs at a time (-1: one per CPU core)"
+    if any(re.fullmatch(r"hydra\.launcher\.timeout_min=(0+(\.0*)?|\.0+)", arg) for arg in args):
+        return ("hydra.launcher.timeout_min=0 ends every job as it starts: give the minutes a job may take "
+                "(the run itself stops cleanly at train.max_minutes)")
     if "launcher=slurm" not in args:
         return None
     if not {"-m", "--multirun"} & set(args):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from rmsnorm_repro.launchers import sweep
 
 
@@ -30,9 +32,11 @@ def test_the_end_table_is_printed_when_a_job_fails_and_names_it(tmp_path):
     assert "sweep: 1 job(s) ended without a summary: norm.p=2," in proc.stderr  # the failed one, named
 
 
-def test_n_jobs_0_is_one_line(tmp_path):
+@pytest.mark.parametrize("launcher", [("launcher=joblib", "hydra.launcher.n_jobs=0"),
+                                      ("launcher=local_parallel", "hydra.launcher.timeout_min=0")])
+def test_a_launcher_setting_that_runs_nothing_is_one_line(tmp_path, launcher):
     from runner_fixtures.helpers import cli
 
-    proc = cli("-m", "task=tiny", "seed=1,2", "launcher=joblib", "hydra.launcher.n_jobs=0",
-               f"hydra.sweep.dir={tmp_path / 'sweep'}")
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "n_jobs=0" in proc.stderr, proc.stderr[-2000:]
+    proc = cli("-m", "task=tiny", "seed=1,2", *launcher, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert launcher[1] in proc.stderr and "SLURM" not in proc.stderr
