@@ -21,11 +21,12 @@ def test_training_imports_the_sweep_callback_without_plotting():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
-def test_the_end_table_is_printed_when_a_job_fails_and_names_it(tmp_path):
+@pytest.mark.parametrize("launcher", ["launcher=basic", pytest.param("launcher=joblib", marks=pytest.mark.slow)])
+def test_the_end_table_is_printed_when_a_job_fails_and_names_it(tmp_path, launcher):
     from runner_fixtures.helpers import cli
 
     # p=2 is bad input (one job fails at its start), p=0.5 trains: Hydra raises before on_multirun_end
-    proc = cli("-m", "task=tiny", "norm=prmsnorm", "norm.p=2,0.5", "train.steps=10", "train.eval_every=5",
+    proc = cli("-m", "task=tiny", "norm=prmsnorm", "norm.p=2,0.5", "train.steps=10", "train.eval_every=5", launcher,
                f"hydra.sweep.dir={tmp_path / 'sweep'}", f"paths.runs_dir={tmp_path}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "| group |" in proc.stdout and "prmsnorm p=0.5" in proc.stdout  # the table of the job that finished
