@@ -301,6 +301,12 @@ def lock_holder(run_dir: str | os.PathLike) -> int | None:
     return None
 
 
+def busy(run_dir: Any, holder: int | None) -> str:
+    """The one line refusing a second process on a run folder that a training process holds."""
+    return (f"another process{f' (pid {holder})' if holder else ''} is running in {run_dir}: wait for it to end, "
+            "or choose another hydra.run.dir")
+
+
 # summary.json -------------------------------------------------------------------------------------
 # summary.json's keys (README "Runs, resume and sweeps" lists them all): the shapes of those the
 # report checks (null is always allowed), and the scalars a logger shows

@@ -295,9 +295,7 @@ class RunDirLock:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.file.close()
-            holder = record.lock_holder(run_dir)
-            raise ConfigError(f"another process{f' (pid {holder})' if holder else ''} is running in {run_dir}: "
-                              f"wait for it to end, or choose another hydra.run.dir") from None
+            raise ConfigError(record.busy(run_dir, record.lock_holder(run_dir))) from None
 
     def release(self) -> None:
         if not self.file.closed:
