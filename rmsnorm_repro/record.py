@@ -12,6 +12,7 @@ read). README "Runs, resume and sweeps" states the same contract for users.
     read_summary(path)             # summary.json checked (RecordError naming it); strict=False: {} when unreadable
     read_metrics(path)             # metrics.jsonl's records, lines cut off by a kill skipped
     read_config(path)              # config.yaml as a dict ({} when absent), RecordError when damaged
+    read_lines(path)               # outputs/<split>.txt's translations (None when absent)
     decode_utf8(raw, path, advice) # strict UTF-8; an error names the file, line and column
 """
 from __future__ import annotations
@@ -420,6 +421,13 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
         if isinstance(record, dict):
             records.append(record)
     return records
+
+
+def read_lines(path: str | os.PathLike) -> list[str] | None:
+    """A run's text output (outputs/<split>.txt: one translation a line) as its lines, None when there is
+    none; bytes that are not UTF-8 are a RecordError naming the line."""
+    path = Path(path)
+    return _read_run_text(path).split("\n")[:-1] if path.exists() else None
 
 
 def read_config(path: str | os.PathLike) -> dict[str, Any]:

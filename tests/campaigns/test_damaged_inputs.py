@@ -49,6 +49,15 @@ DAMAGES = {
 }
 
 
+def test_a_bad_byte_in_a_runs_translations_is_named_and_the_exit_is_not_0(study, capsys):
+    with open(study / RUN / "outputs" / "valid.txt", "ab") as f:
+        f.write(b"\xff\n")
+    code, err = report_only(study, capsys)
+    assert code == 1
+    named = [line for line in err.splitlines() if "valid.txt" in line]
+    assert len(named) == 1 and "not valid UTF-8" in named[0], err
+
+
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_damaged_run_is_left_out_named_and_the_exit_is_not_0(study, capsys, damage):
     DAMAGES[damage](study / RUN)
