@@ -327,7 +327,7 @@ def check_summary(summary: Any, path: Any) -> dict[str, Any]:
     if not isinstance(summary, dict):
         raise RecordError(f"{path} holds {_kind(summary)}, not a JSON object; delete that run or rerun it")
     version = summary.get("record_version", 1)
-    if not is_number(version) or version != int(version) or version < 1:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise RecordError(f"{path}: record_version is {json.dumps(version)}, not a version number; "
                           "delete that run or rerun it")
     if version > RECORD_VERSION:

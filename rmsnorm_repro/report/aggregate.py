@@ -7,7 +7,9 @@
 A run is any directory holding a summary.json; its config.yaml and metrics.jsonl are read when
 present. Runs are grouped by (task, norm, p) plus every config key that was swept (a key whose value
 differs between runs that share task, norm and p, such as task.model.init_center), so seeds are
-the only thing a group averages over. Nothing here knows a task's internals: only the file contract.
+the only thing a group averages over. A key a run's config.yaml lacks is filled as the run trained
+(record.filled_config), and a key still absent differs from nothing, as a resume treats it.
+Nothing here knows a task's internals: only the file contract.
 
 A file that cannot be read, or holds JSON/YAML of the wrong shape, is a one-line ValueError naming
 it. A directory with metrics.jsonl or config.yaml but no summary.json is a run in progress (or one
