@@ -400,8 +400,13 @@ def valid_decode(runs: list[Run]) -> str:
 
 
 def relative_to_page(path: str | Path, md_dir: Path) -> str:
-    """A path as a page names it: relative to the page's folder, never the machine's absolute path."""
-    return printable(Path(os.path.relpath(Path(path).resolve(), Path(md_dir).resolve())).as_posix())
+    """A path as a page names it: relative to the page's folder, never the machine's absolute path; a
+    folder above the page by its name too ("../../runs", not "..")."""
+    target = Path(path).resolve()
+    relative = Path(os.path.relpath(target, Path(md_dir).resolve()))
+    if relative.parts and set(relative.parts) == {".."} and target.name:
+        relative = relative / ".." / target.name
+    return printable(relative.as_posix())
 
 
 def _shown(path: Path, root: Path | None) -> str:

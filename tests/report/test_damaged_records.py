@@ -105,3 +105,12 @@ def test_a_folder_name_that_is_not_utf8_is_shown_escaped(tmp_path: Path):
     os.rename(runs[3], os.fsdecode(bytes(tmp_path / "runs") + b"/bad\xffname"))
     assert report_main(["compare", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     assert "`../runs/bad\\xffname`" in (tmp_path / "out" / "compare.md").read_text()
+
+
+def test_a_page_names_the_runs_folder_above_it_by_its_name(tmp_path: Path):
+    from rmsnorm_repro.report.tables import relative_to_page
+
+    runs = tmp_path / "runs"
+    (runs / "report").mkdir(parents=True)
+    assert relative_to_page(runs, runs / "report") == "../../runs"  # not ".."
+    assert relative_to_page(runs / "a", runs / "report") == "../a"
