@@ -41,3 +41,12 @@ def test_a_launcher_setting_that_runs_nothing_is_one_line(tmp_path, launcher):
     proc = cli("-m", "task=tiny", "seed=1,2", *launcher, f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
     assert launcher[1] in proc.stderr and "SLURM" not in proc.stderr
+
+
+def test_the_end_table_is_printed_when_a_job_crashes(tmp_path):
+    from runner_fixtures.helpers import cli
+
+    proc = cli("-m", "task=tiny", "task.crash_at=3,null", "train.steps=10", "train.eval_every=5",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}", f"paths.runs_dir={tmp_path}")
+    assert proc.returncode != 0
+    assert "| group |" in proc.stdout, proc.stderr[-2000:]  # the table of the job that finished
