@@ -27,11 +27,13 @@ from .tables import PAGES, page_runs, relative_to_page, render_page
 
 
 def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir: Path,
-          drawn: dict[str, Path | None] | None = None) -> dict[str, Path]:
+          drawn: dict[str, Path | None] | None = None,
+          unreadable: list[tuple[Path, str]] | None = None) -> dict[str, Path]:
     """Write the pages `names` (and their figures); returns page name -> Markdown path.
 
-    `drawn`, when given, receives figure name -> PNG path (None: no data for it)."""
-    found = load_runs(runs_dir)
+    `drawn`, when given, receives figure name -> PNG path (None: no data for it). A run that cannot be
+    read raises ValueError, or, with `unreadable`, is appended to it, left out and named on each page."""
+    found = load_runs(runs_dir, unreadable)
     if not found:
         raise ValueError(f"no runs (summary.json files) under {runs_dir}: run the sweep first, e.g. "
                          f"{table_command(names[0] if names[0] in PAGES else 'table2')}")
@@ -58,6 +60,10 @@ def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir:
             if figure not in drawn:
                 drawn[figure] = figs.draw(figure, runs, figures_dir / f"{figure}.png")
         text = render_page(name, runs, relative_to_page(runs_dir, tables_dir), drawn, tables_dir)
+        if unreadable:
+            text += "\nLeft out as damaged (the numbers above lack them): " + "; ".join(
+                f"`{relative_to_page(path, tables_dir)}` ({why.replace(str(path), '').lstrip(':/ ') or why})"
+                for path, why in unreadable) + ".\n"
         path = tables_dir / f"{name}.md"
         atomic_write_text(path, text)
         written[name] = path
@@ -137,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out if args.out is not None else args.runs_dir / "report"
     figures_dir = args.figures if args.figures is not None else out / "figures"
     drawn: dict[str, Path | None] = {}
+    unreadable: list[tuple[Path, str]] = []
     try:
-        written = build(args.runs_dir, args.table, out, figures_dir, drawn)
+        written = build(args.runs_dir, args.table, out, figures_dir, drawn, unreadable)
         for name, path in written.items():
             print(path.read_text())
             print(f"wrote {path}", file=sys.stderr)
@@ -153,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rmsnorm-report: {cannot_write(err, 'choose folders you can write to with --out and --figures')}",
               file=sys.stderr)
         return 2
-    return 0
+    for path, why in unreadable:  # the pages lack these runs: never exit 0 on numbers the damage changed
+        print(f"rmsnorm-report: left out {path}: {why}", file=sys.stderr)
+    return 1 if unreadable else 0
 
 
 if __name__ == "__main__":

@@ -114,3 +114,16 @@ def test_a_page_names_the_runs_folder_above_it_by_its_name(tmp_path: Path):
     (runs / "report").mkdir(parents=True)
     assert relative_to_page(runs, runs / "report") == "../../runs"  # not ".."
     assert relative_to_page(runs / "a", runs / "report") == "../a"
+
+
+def test_the_report_leaves_a_damaged_run_out_names_it_and_exits_1(tmp_path: Path, capsys):
+    from runner_fixtures.fake_runs import write_fake_runs
+
+    root = write_fake_runs(tmp_path / "runs")
+    damaged = next(p for p in sorted(root.iterdir()) if p.name.startswith("transformer-layernorm"))
+    (damaged / "summary.json").write_text('{"status": "comp')
+    assert report_main([str(root), "--table", "table4", "--out", str(tmp_path / "out")]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if "left out" in line]
+    assert len(err) == 1 and damaged.name in err[0] and "not valid JSON" in err[0]
+    page = (tmp_path / "out" / "table4.md").read_text()
+    assert f"Left out as damaged" in page and damaged.name in page and str(tmp_path) not in page
