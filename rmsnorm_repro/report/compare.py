@@ -78,6 +78,7 @@ class Comparison:
     columns: list[Column]
     baseline: tuple[str, str] | None  # (key, value) naming the baseline groups
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # (run folder, why it was left out)
+    unreadable: int = 0  # of them, runs whose record could not be read: the numbers may lack a real run
 
 
 # Reading -------------------------------------------------------------------------------------------
@@ -96,9 +97,10 @@ def expand(inputs: list[str]) -> list[Path]:
     return folders
 
 
-def read(folders: list[Path]) -> tuple[list[Run], list[tuple[Path, str]]]:
-    """The runs under the folders (each once), and the folders of runs without a readable summary."""
-    runs, skipped, seen = [], [], set()
+def read(folders: list[Path]) -> tuple[list[Run], list[tuple[Path, str]], int]:
+    """The runs under the folders (each once), the folders of runs without a readable summary, and how
+    many of those are unreadable (damaged, or of a newer version) rather than unfinished."""
+    runs, skipped, seen, damaged = [], [], set(), 0
     for folder in folders:
         unreadable: list[tuple[Path, str]] = []
         found = load_runs(folder, unreadable)
@@ -109,11 +111,12 @@ def read(folders: list[Path]) -> tuple[list[Run], list[tuple[Path, str]]]:
             if path.resolve() not in seen:
                 seen.add(path.resolve())
                 skipped.append((path, why))
+                damaged += (path, why) in unreadable
         for run in found:
             if run.path.resolve() not in seen:
                 seen.add(run.path.resolve())
                 runs.append(run)
-    return runs, skipped
+    return runs, skipped, damaged
 
 
 def _data(run: Run) -> str:
@@ -274,7 +277,7 @@ def baseline_of(comparison: Comparison, group: Compared) -> Compared | None:
 
 def compare(inputs: list[str], baseline: str | None = None) -> Comparison:
     """The comparison of the completed runs under `inputs`; ValueError (one line) for a set it refuses."""
-    runs, skipped = read(expand(inputs))
+    runs, skipped, damaged = read(expand(inputs))
     if not runs:
         raise ValueError(f"no runs (summary.json files) under {', '.join(inputs)}")
     refuse_mixed(runs)
@@ -292,7 +295,7 @@ def compare(inputs: list[str], baseline: str | None = None) -> Comparison:
     elif "norm.name" in keys and any(g.norm == "layernorm" for g in groups):
         chosen = ("norm.name", "layernorm")
     task = unique[0].task
-    return Comparison(task, _data(unique[0]), keys, groups, columns(task, unique), chosen, skipped)
+    return Comparison(task, _data(unique[0]), keys, groups, columns(task, unique), chosen, skipped, damaged)
 
 
 # Rendering -----------------------------------------------------------------------------------------
@@ -448,4 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"left out {len(comparison.skipped)} run(s): " +
               ", ".join(f"{p} ({why})" for p, why in comparison.skipped), file=sys.stderr)
     print(f"wrote {path}", file=sys.stderr)
+    if comparison.unreadable:  # never exit 0 on verdicts a damaged record may have changed
+        print(f"rmsnorm-report compare: {comparison.unreadable} run(s) could not be read and are not in these "
+              "numbers: repair or delete them (named above)", file=sys.stderr)
+        return 1
     return 0

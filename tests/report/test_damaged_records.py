@@ -57,9 +57,9 @@ def test_a_bad_byte_in_one_metrics_file_leaves_that_run_out_named(tmp_path: Path
     runs = four_runs(tmp_path)
     with open(runs[0] / "metrics.jsonl", "ab") as f:
         f.write(b'{"step": 200, "loss": "\xff"}\n')
-    assert report_main(["compare", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    assert report_main(["compare", str(tmp_path), "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert "left out 1 run(s)" in err
+    assert "left out 1 run(s)" in err and "1 run(s) could not be read" in err
     page = (tmp_path / "out" / "compare.md").read_text()
     assert "metrics.jsonl: line 11 is not valid UTF-8" in page
 
