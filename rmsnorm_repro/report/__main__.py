@@ -34,6 +34,8 @@ def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir:
     `drawn`, when given, receives figure name -> PNG path (None: no data for it). A run that cannot be
     read raises ValueError, or, with `unreadable`, is appended to it, left out and named on each page."""
     found = load_runs(runs_dir, unreadable)
+    if not found and unreadable:
+        raise ValueError(f"no readable runs under {runs_dir}: " + "; ".join(why for _, why in unreadable))
     if not found:
         raise ValueError(f"no runs (summary.json files) under {runs_dir}: run the sweep first, e.g. "
                          f"{table_command(names[0] if names[0] in PAGES else 'table2')}")
