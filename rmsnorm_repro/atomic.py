@@ -46,6 +46,13 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def cannot_write(err: OSError, advice: str) -> str:
+    """A failed write as one line: where, why (read-only, a file where a folder should be, full disk),
+    and `advice` (what to do, e.g. "choose a writable folder with --out")."""
+    where = err.filename2 if isinstance(err.filename2, (str, os.PathLike)) and err.errno == 21 else err.filename
+    return f"cannot write {where if where is not None else 'the output'} ({err.strerror or err}): {advice}"
+
+
 def cached(path: str | Path, read: Callable[[Path], T], build: Callable[[Path], None]) -> T:
     """read(path) of a cache file; when it is missing, or damaged so that it does not read back (a disk
     error, a copy cut short), build(tmp) writes it anew, atomically, with a log line for the damage."""

@@ -1,10 +1,12 @@
-"""The command line's errors a user can fix, each as one line: Hydra's multi-line composition errors, a full
-or read-only disk, sbatch refusing a sweep's jobs or a SLURM job that ended without a result. The entry
-point (train.py) prints the line and exits non-zero; HYDRA_FULL_ERROR=1 shows the traceback instead."""
+"""The command line's errors a user can fix, each as one line: Hydra's multi-line composition errors, a
+launcher that cannot do what the command asks, a full or read-only disk, sbatch refusing a sweep's jobs or
+a SLURM job that ended without a result. The entry point (train.py) prints the line and exits non-zero;
+HYDRA_FULL_ERROR=1 shows the traceback instead."""
 from __future__ import annotations
 
 import errno
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +26,27 @@ def disk_error_line(e: OSError) -> str:
     why = "the file system is read-only" if e.errno == errno.EROFS else "permission denied"
     return (f"cannot write {where} ({why}): point paths.runs_dir (or hydra.run.dir) and paths.cache_dir at "
             "folders you can write, or fix the folder's permissions")
+
+
+def launcher_unusable(args: list[str]) -> str | None:
+    """Why the command line's launcher cannot do what it says here, else None: `launcher=slurm` without -m
+    (Hydra runs the job in this process: on a login node, it trains there) or without sbatch (submitit
+    fails in 40 lines), `hydra.launcher.n_jobs=0` (joblib's traceback) and `hydra.launcher.timeout_min=0`
+    (submitit then reports each job as a SLURM job that ended without a result, even a local one)."""
+    if "hydra.launcher.n_jobs=0" in args:
+        return "hydra.launcher.n_jobs=0 runs nothing: give 1 or more jobs at a time (-1: one per CPU core)"
+    if any(re.fullmatch(r"hydra\.launcher\.timeout_min=(0+(\.0*)?|\.0+)", arg) for arg in args):
+        return ("hydra.launcher.timeout_min=0 ends every job as it starts: give the minutes a job may take "
+                "(the run itself stops cleanly at train.max_minutes)")
+    if "launcher=slurm" not in args:
+        return None
+    if not {"-m", "--multirun"} & set(args):
+        return ("launcher=slurm submits a sweep's jobs to SLURM and takes effect only with -m: add -m (a single "
+                "run is a sweep of one), or drop launcher=slurm to train in this process")
+    if shutil.which("sbatch") is None:
+        return ("launcher=slurm needs SLURM's sbatch, and there is no SLURM here (no sbatch on PATH): run the "
+                "sweep on the cluster's login node, or train here with launcher=joblib")
+    return None
 
 
 def slurm_error(e: BaseException) -> tuple[str, int] | None:

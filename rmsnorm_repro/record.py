@@ -9,6 +9,11 @@ read). README "Runs, resume and sweeps" states the same contract for users.
     changes(saved, new)            # Changes: what a resume with config `new` alters in run `saved`
     metric_goal("valid_bleu")      # "max"; metric_goal("error") "min"
     check_summary(summary, path)   # a summary.json of any version this suite can read, or one line why not
+    read_summary(path)             # summary.json checked (RecordError naming it); strict=False: {} when unreadable
+    read_metrics(path)             # metrics.jsonl's records, lines cut off by a kill skipped
+    read_config(path)              # config.yaml as a dict ({} when absent), RecordError when damaged
+    read_lines(path)               # outputs/<split>.txt's translations (None when absent)
+    decode_utf8(raw, path, advice) # strict UTF-8; an error names the file, line and column
 """
 from __future__ import annotations
 
@@ -110,7 +115,7 @@ def run_suffix(overrides: Iterable[str] | None, exclude_keys: Iterable[str] | No
     return "," + _folder_name(kept) if kept else ""
 
 
-def swept_keys(sweeper_params: dict[str, Any] | None = None) -> set[str]:
+def multirun_swept_keys(sweeper_params: dict[str, Any] | None = None) -> set[str]:
     """Keys that take several values in this multirun: on its command line (SWEPT_ENV) or in the
     preset's hydra.sweeper.params."""
     swept = {k for k in os.environ.get(SWEPT_ENV, "").split(",") if k}
@@ -124,7 +129,7 @@ def job_dirname(overrides: Iterable[str] | None, exclude_keys: Iterable[str] | N
                 sweeper_params: dict[str, Any] | None = None) -> str:
     """A sweep job's folder: its overrides minus exclude_keys, except the keys the sweep varies,
     which always name it (so a sweep over train.steps or task never puts two jobs in one folder)."""
-    return _folder_name(_named(overrides, set(exclude_keys or ()) - swept_keys(sweeper_params))) or "default"
+    return _folder_name(_named(overrides, set(exclude_keys or ()) - multirun_swept_keys(sweeper_params))) or "default"
 
 
 def command_line_sweeps(args: Iterable[str]) -> list[str]:
@@ -149,6 +154,11 @@ def shown_folder(root: str | os.PathLike, data_dir: str | os.PathLike | None = N
         except ValueError:
             continue
     return ".../" + "/".join(folder.parts[1:][-2:])
+
+
+def printable(path: str | os.PathLike) -> str:
+    """A path as text a UTF-8 file can hold: bytes of a folder name that are not UTF-8 as \\xff escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def shown_source(source: str) -> str:
@@ -230,11 +240,72 @@ def changes(saved: dict[str, Any], new: dict[str, Any]) -> Changes:
     return out
 
 
+# Keys this suite added after its first runs, each at the behaviour runs had before it: the value a run
+# whose config.yaml predates the key trained with (a resume accepts its absence the same way)
+ADDED_KEYS = {"train.compile": False, "train.precision": "fp32", "train.select_metric": None,
+              "train.select_mode": None, "train.early_stop_patience": None, "train.max_loss": None, "optim.eps_inside": False,
+              "allocator": "default"}
+# where a summary.json holds a run's identity (identity()), by config key
+SUMMARY_IDENTITY = {"task.name": "task", "norm.name": "norm", "norm.p": "p", "seed": "seed", "data.name": "data",
+                    "scale.name": "scale"}
+
+
+def filled_config(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """A run's config as it trained: config.yaml, with what it lacks taken from summary.json (the run's
+    identity) or, for a config.yaml older than a key, ADDED_KEYS, so an older or damaged record reads as
+    the run it is. A key neither knows (all of them when config.yaml is gone) stays absent; readers treat
+    it as a resume does: it differs from nothing."""
+    flat = flatten(config)
+    if flat:
+        for key, value in ADDED_KEYS.items():
+            flat.setdefault(key, value)
+    for key, name in SUMMARY_IDENTITY.items():
+        if key not in flat and summary.get(name) is not None:
+            flat[key] = summary[name]
+    return unflatten(flat)
+
+
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    """flatten's inverse."""
+    tree: dict[str, Any] = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree
+
+
 def fingerprint(config: dict[str, Any]) -> str:
     """A short hash of what a run trains: its config without the keys that may change on resume."""
     kept = {k: v for k, v in flatten(config).items()
             if not _under(k, BUDGET + HARMLESS + EVAL_ONLY + SELECTION + RECORD_ONLY) and k != "device"}
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+# .lock: a training process holds an exclusive flock on it while it runs -----------------------------
+LOCK_FILE = ".lock"
+
+
+def lock_holder(run_dir: str | os.PathLike) -> int | None:
+    """The pid training in run_dir now (holding its .lock), from /proc/locks (Linux): no lock is taken,
+    so asking never refuses a run that starts meanwhile. None: nobody, or it cannot be told here."""
+    try:
+        inode = (Path(run_dir) / LOCK_FILE).stat().st_ino
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+                return int(fields[4])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def busy(run_dir: Any, holder: int | None) -> str:
+    """The one line refusing a second process on a run folder that a training process holds."""
+    return (f"another process{f' (pid {holder})' if holder else ''} is running in {run_dir}: wait for it to end, "
+            "or choose another hydra.run.dir")
 
 
 # summary.json -------------------------------------------------------------------------------------
@@ -254,9 +325,126 @@ class RecordError(ValueError):
 def check_summary(summary: Any, path: Any) -> dict[str, Any]:
     """A summary.json's content as this version reads it, or RecordError naming `path`."""
     if not isinstance(summary, dict):
-        raise RecordError(f"{path} is not a JSON object; delete that run or rerun it")
+        raise RecordError(f"{path} holds {_kind(summary)}, not a JSON object; delete that run or rerun it")
     version = summary.get("record_version", 1)
-    if not isinstance(version, int) or version > RECORD_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise RecordError(f"{path}: record_version is {json.dumps(version)}, not a version number; "
+                          "delete that run or rerun it")
+    if version > RECORD_VERSION:
         raise RecordError(f"{path} was written by a newer rmsnorm_repro (record version {version}; this one "
                           f"reads up to {RECORD_VERSION}): upgrade rmsnorm_repro to read it")
+    for key in SUMMARY_OBJECTS:
+        if summary.get(key) is not None and not isinstance(summary[key], dict):
+            raise RecordError(f'{path}: "{key}" is {_kind(summary[key])}, not an object; delete that run or rerun it')
+    for key in SUMMARY_NUMBERS:
+        if summary.get(key) is not None and not is_number(summary[key]):
+            raise RecordError(f'{path}: "{key}" is {_kind(summary[key])}, not a number; delete that run or rerun it')
+    ci = summary.get("s_per_1k_steps_ci95")
+    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(is_number(v) for v in ci)):
+        raise RecordError(f'{path}: "s_per_1k_steps_ci95" is {json.dumps(ci)}, not [low, high]; '
+                          "delete that run or rerun it")
     return summary
+
+
+# Reading the run's files ------------------------------------------------------------------------
+# Every reader of a run (the runner's resume, the reports, the notebook) reads through these.
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), "a number" if is_number(value) else
+                                                                   type(value).__name__)
+
+
+def decode_utf8(raw: bytes, path: Any, advice: str) -> str:
+    """raw as strict UTF-8 (a run's file, a data file), or one ValueError naming the file, the line and
+    column of the first bad byte, and `advice` (what to do)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - raw.rfind(b"\n", 0, err.start)
+        raise ValueError(f"{path}: line {line} is not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {column}); "
+                          f"{advice}") from None
+
+
+RUN_FILE_ADVICE = "repair or delete that line, or delete the run"
+
+
+def _read_run_text(path: Path) -> str:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise RecordError(f"{path} cannot be read ({err.strerror or err}); check its permissions, "
+                          "or delete that run") from None
+    try:
+        return decode_utf8(raw, path, RUN_FILE_ADVICE)
+    except ValueError as err:
+        raise RecordError(str(err)) from None
+
+
+def read_summary(path: str | os.PathLike, strict: bool = True) -> dict[str, Any]:
+    """A run's summary.json, checked by check_summary. strict (the reports): a missing, unreadable or
+    damaged file is one RecordError naming it. Not strict (a resume): {} then, and the run goes on."""
+    path = Path(path)
+    try:
+        text = _read_run_text(path)
+        try:
+            summary = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise RecordError(f"{path} is not valid JSON ({err}); delete that run or rerun it") from None
+        return check_summary(summary, path)
+    except RecordError:
+        if strict:
+            raise
+        return {}
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """metrics.jsonl's records in order ([] when there is none). A line that does not parse (cut
+    short by a kill) or is not a JSON object is skipped; bytes that are not UTF-8 are a RecordError
+    naming the line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for line in _read_run_text(path).split("\n"):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def read_lines(path: str | os.PathLike) -> list[str] | None:
+    """A run's text output (outputs/<split>.txt: one translation a line) as its lines, None when there is
+    none; bytes that are not UTF-8 are a RecordError naming the line."""
+    path = Path(path)
+    return _read_run_text(path).split("\n")[:-1] if path.exists() else None
+
+
+def read_config(path: str | os.PathLike) -> dict[str, Any]:
+    """A run's config.yaml as a plain dict ({} when there is none), or one RecordError naming it."""
+    import yaml  # lazy: the runner's entry point reads configs through OmegaConf
+
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        config = yaml.safe_load(_read_run_text(path))
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise RecordError(f"{path} is not valid YAML{at}; delete that run or rerun it") from None
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise RecordError(f"{path} holds {_kind(config)}, not a mapping; delete that run or rerun it")
+    return config

@@ -24,8 +24,9 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from . import record
-from .cli_errors import DISK_ERRORS, disk_error_line, one_line, slurm_error
+from .cli_errors import DISK_ERRORS, disk_error_line, launcher_unusable, one_line, slurm_error
 from .errors import ConfigError
+from .launchers.sweep import end_unended
 from .paths import configs_dir
 from .redact import scrub_yaml_file
 from .runner import run
@@ -108,6 +109,10 @@ def _main() -> None:
         # torchrun starts one Hydra per rank, all with the same run dir (its name has no timestamp):
         # rank 0 alone writes Hydra's .hydra/ files and the job log; the other ranks log to the console
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
+    launcher_line = launcher_unusable(sys.argv[1:])
+    if launcher_line is not None:
+        print(f"error: {launcher_line}", file=sys.stderr, flush=True)
+        sys.exit(2)
     if {"-m", "--multirun"} & set(sys.argv):
         forward_to_workers()  # a stopped sweep stops its worker processes too
         # what the sweep varies names its job folders (record.job_dirname), in every job process
@@ -116,7 +121,11 @@ def _main() -> None:
         except HydraException:  # a malformed override: Hydra reports it in one line below
             pass
     try:
-        _job()
+        try:
+            _job()
+        except Exception:
+            end_unended()  # a failed job makes Hydra raise before the sweep's end table
+            raise
     except RunFailed:
         sys.exit(2)
     except RunInterrupted as e:
@@ -131,6 +140,12 @@ def _main() -> None:
         if full_error or e.errno not in DISK_ERRORS:
             raise
         print(f"error: {disk_error_line(e)}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except ValueError as e:  # logging's "Unable to configure handler 'file'": Hydra's train.log cannot be opened
+        cause = e.__cause__ or e.__context__
+        if full_error or not (isinstance(cause, OSError) and cause.errno in DISK_ERRORS):
+            raise
+        print(f"error: {disk_error_line(cause)}", file=sys.stderr, flush=True)
         sys.exit(2)
     except RuntimeError as e:
         found = None if full_error else slurm_error(e)

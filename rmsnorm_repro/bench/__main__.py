@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
 from .. import allocator
+from ..atomic import cannot_write
 from ..host import cpu_name
 from .tables import environment, write_table
 
@@ -46,6 +48,17 @@ def _bad_arguments(args) -> str | None:
         unknown = [n for n in given.split(",") if n and n not in known]
         if unknown:
             return f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(known)}"
+    return None
+
+
+def _unwritable(out: Path) -> str | None:
+    """Why the tables could not be written to `out`, asked before minutes of timing, else None."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        return cannot_write(err, "choose a folder you can write to with --out")
     return None
 
 
@@ -83,7 +96,7 @@ def main(argv: list[str] | None = None) -> int | None:
                     "gains; matmuls in bf16, which only CPUs with AMX or AVX512-BF16 run fast)")
     ap.add_argument("--out", default="results/speed")
     args = ap.parse_args(argv)
-    bad = _bad_arguments(args)
+    bad = _bad_arguments(args) or _unwritable(Path(args.out))
     if bad:
         print(f"error: {bad}", file=sys.stderr, flush=True)
         return 2

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from ..norms import RMSNorm, formulas
 from ..norms import fused
 from ..norms.fused import triton_rmsnorm
+from ..atomic import atomic_write_text
 
 SHAPES = ((80, 2048), (4096, 512), (8192, 1024), (25000, 512))  # GRU step; Transformer batches (25k tokens: base)
 DTYPES = (torch.float32, torch.bfloat16)
@@ -314,9 +315,9 @@ def run_all(device: str = "cuda", out: str | Path = "results/speed", kernel_kwar
               "of torch layer_norm (ratios: medians of those pairs); fwd+bwd: y.backward(dy), fresh outputs",
               "- torch layer_norm has weight and bias; the RMSNorms have a gain only; eps 1e-6 (the suite's modules: 1e-8)",
               f"- exactness: {'every case passed' if exact_ok else 'SOME CASES FAILED (see section 1)'}", ""]
-    path.write_text("\n".join(header) + markdown(results["exact"], results["checks"], results["kernels"],
+    atomic_write_text(path, "\n".join(header) + markdown(results["exact"], results["checks"], results["kernels"],
                                                   results["steps"], errors) + "\n")
-    path.with_suffix(".json").write_text(json.dumps({**results, "errors": errors, "device": label}, indent=1, default=str) + "\n")
+    atomic_write_text(path.with_suffix(".json"), json.dumps({**results, "errors": errors, "device": label}, indent=1, default=str) + "\n")
     log(f"wrote {path}")
     return path, exact_ok
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from ..atomic import atomic_write_text
+
 CPU_OPS = ("aten::native_layer_norm", "aten::native_layer_norm_backward", "rmsnorm_repro::rms_norm",
            "rmsnorm_repro::rms_norm_backward", "aten::native_batch_norm", "aten::native_batch_norm_backward")
 DEVICE_KERNELS = ("layer_norm", "_rmsnorm_forward", "_rmsnorm_backward", "batch_norm")  # name substrings
@@ -135,8 +137,8 @@ def main(pairs: list[str], out: str = "results/speed") -> int:
                       "per-channel gain and bias (ChannelNorm) are separate ops, not counted either",
                       "- share = time in norm ops / profiled step time (on CUDA: / busy device time)", "",
                       markdown(rows), ""])
-    path.write_text(text)
-    path.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    atomic_write_text(path, text)
+    atomic_write_text(path.with_suffix(".json"), json.dumps(rows, indent=1) + "\n")
     print(text)
     print(f"wrote {path}")
     return 0

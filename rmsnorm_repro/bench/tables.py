@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from .. import allocator
+from ..atomic import atomic_write_text
 from ..host import cpu_name
 
 
@@ -27,11 +28,11 @@ def write_table(out: Path, stem: str, env: dict, rows: list[dict], table: str, n
         raise SystemExit(f"error: nothing was measured for {stem}; {out / stem}.md and .json are left as they were")
     out.mkdir(parents=True, exist_ok=True)
     env = {**env, "load_avg": env.get("load_avg", os.getloadavg()[0])}  # others' processes share this machine
-    (out / f"{stem}.json").write_text(json.dumps({"env": env, "notes": notes, "rows": rows}, indent=1) + "\n")
+    atomic_write_text(out / f"{stem}.json", json.dumps({"env": env, "notes": notes, "rows": rows}, indent=1) + "\n")
     header = [f"# {stem}", "", f"`{env['command']}`: {env['cpu']}, torch {env['torch']}, {env['threads']} thread(s), "
               f"allocator {env['allocator']}, flush denormal {env['flush_denormal']}, {env['date']}"
               + (f", load average {env['load_avg']:.1f} on {os.cpu_count()} cores when written" if "load_avg" in env else "")
               + ".", ""]
-    (out / f"{stem}.md").write_text("\n".join(header + [f"- {n}" for n in notes] + ["", table, ""]))
+    atomic_write_text(out / f"{stem}.md", "\n".join(header + [f"- {n}" for n in notes] + ["", table, ""]))
     print(table, flush=True)
     print(f"wrote {out / stem}.json and .md", flush=True)

@@ -34,10 +34,36 @@ def run_logged(command: list[str], log_path: Path, threads: int) -> tuple[int, f
     return code, time.perf_counter() - start
 
 
-def runs_of(runs_root: Path, sweep: str) -> list[Run]:
-    """The runs of one sweep directory, each (group, seed) once; [] when it does not exist."""
+# What a campaign's report could not read: (file or run folder, why and what to do), each left out of
+# the report, named in it and on stderr, and the campaign then exits 1 (its verdicts may differ)
+Damaged = list[tuple[Path, str]]
+
+
+def runs_of(runs_root: Path, sweep: str, damaged: Damaged | None = None) -> list[Run]:
+    """The runs of one sweep directory, each (group, seed) once; [] when it does not exist. A run whose
+    record cannot be read is left out and appended to `damaged` (without it: a ValueError)."""
     path = runs_root / sweep
-    return figs.unique_runs(load_runs(path)) if path.is_dir() else []
+    if not path.is_dir():
+        return []
+    unreadable: Damaged | None = None if damaged is None else []
+    runs = figs.unique_runs(load_runs(path, unreadable))
+    if damaged is not None:
+        damaged.extend(unreadable or ())
+    return runs
+
+
+def damaged_lines(damaged: Damaged, out: Path) -> list[str]:
+    """The report's section naming what it left out, with paths relative to the report."""
+    if not damaged:
+        return []
+    shown = lambda text: str(text).replace(f"{out}{os.sep}", "")  # noqa: E731 (the report names no path of this machine)
+    return ["", "**Left out as damaged** (each changes what the verdicts below rest on; the command exited 1):", "",
+            *(f"- `{Path(shown(path)).as_posix()}`: {shown(why)}" for path, why in damaged)]
+
+
+def report_damaged(damaged: Damaged, command: str) -> None:
+    for path, why in damaged:
+        print(f"{command}: left out {path}: {why}", file=sys.stderr)
 
 
 def _timings_file(out: Path) -> Path:
@@ -83,14 +109,21 @@ def measure_speed(out: Path, tasks: list[str], scale: str, overrides: list[str],
         "times_ms": {**{task: t for task, (t, _) in kept.items()}, **times}}, indent=1) + "\n")
 
 
-def load_speed(out: Path) -> tuple[dict[str, dict[str, list[float]]] | None, dict[str, str]]:
+def load_speed(out: Path, damaged: Damaged | None = None) -> tuple[dict[str, dict[str, list[float]]] | None, dict[str, str]]:
     """<out>/speed.json's step times and, per task, how they were measured; (None, {}) when absent or
-    unreadable. A file from before per-task descriptions (one for all) reads as that one for each."""
+    unreadable (then appended to `damaged`, when given). A file from before per-task descriptions (one for
+    all) reads as that one for each."""
+    path = out / "speed.json"
+    if not path.exists():
+        return None, {}
     try:
-        data = json.loads((out / "speed.json").read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
         times, how = data["times_ms"], data["how"]
         return times, {task: how for task in times} if isinstance(how, str) else {k: str(v) for k, v in how.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        if damaged is not None:
+            damaged.append((path, f"cannot be read ({type(err).__name__}: {err}), so the speed claims read not "
+                                  "measured: measure again (run without --report-only), or delete it"))
         return None, {}
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, cannot_write
 from ..launchers.sweep import job_count
 from ..norms import table1
 from ..paths import configs_dir
@@ -25,8 +25,8 @@ from ..report import figures as figs
 from ..report.aggregate import describe_env
 from ..report.claims import TASK_ORDER, all_claims, markdown as claims_markdown
 from ..report.tables import PAGES, render_page
-from .common import (ROOT, TimedBar, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of,
-                     save_timings, timings_table)
+from .common import (ROOT, Damaged, TimedBar, damaged_lines, finished_at, load_speed, load_timings, measure_speed,
+                     report_damaged, run_logged, runs_of, save_timings, timings_table)
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,13 @@ def run_sweep(sweep: Sweep, runs_root: Path, logs: Path, jobs: int, max_minutes:
     return run_logged(command, logs / f"{sweep.name}.log", threads=1)
 
 
-def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
-    """results/mini/REPORT.md from the runs under out/runs (figures under out/figures)."""
+def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Damaged | None = None) -> Path:
+    """results/mini/REPORT.md from the runs under out/runs (figures under out/figures). What cannot be
+    read is left out, named in the report and appended to `damaged`."""
+    damaged = [] if damaged is None else damaged
     runs_root, fig_dir = out / "runs", out / "figures"
-    runs = {sweep.name: runs_of(runs_root, sweep.name) for sweep in SWEEPS}
+    runs = {sweep.name: runs_of(runs_root, sweep.name, damaged) for sweep in SWEEPS}
+    speed = load_speed(out, damaged)
     everything = [run for group in runs.values() for run in group]
     lines = ["# Root Mean Square Layer Normalization: the mini reproduction", "",
              f"Written by `make demo` (`python -m rmsnorm_repro.campaigns.demo`) from {len(everything)} runs under "
@@ -95,10 +98,11 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              "different times, are shown, not judged. pRMSNorm's 6.25% of a "
              "mini layer is as few as 4 features (d = 64; the paper's layers give it 32 to 64), so its statistic is much noisier here than in the paper. Reproduce a table at the paper's "
              "scale with `make table4 SCALE=paper` (see README)."]
+    lines += damaged_lines(damaged, out)
     lines += timings_table(timings)
 
     claims = all_claims([r for name in ("rnnsearch", "transformer", "reader", "retrieval", "convpool") for r in runs[name]],
-                        runs["rnnsearch-fig3"], runs["rnnsearch-fig4"], *load_speed(out))
+                        runs["rnnsearch-fig3"], runs["rnnsearch-fig4"], *speed)
     lines += ["", "## The paper's claims at mini scale", "", *claims_markdown(claims, "at mini scale")]
 
     text, _ = table1.render(table1.compute(), table1.read_paper(), seed=0)
@@ -156,9 +160,19 @@ def main(argv: list[str] | None = None) -> int:
                           f"{seconds / 60:.1f} min; log: {logs / (sweep.name + '.log')}")
         print("demo: timing LayerNorm, RMSNorm and pRMSNorm side by side for the speed claims (about a minute)", flush=True)
         measure_speed(args.out, list(TASK_ORDER), "mini", ["data=synthetic"], threads=1)
-    path = write_report(args.out, {s.name: timings[s.name] for s in SWEEPS if s.name in timings})
+    if args.report_only and not any((args.out / "runs" / s.name).is_dir() for s in SWEEPS):
+        print(f"demo: no runs under {args.out / 'runs'}: nothing to report (train them with `make demo`, or check --out)",
+              file=sys.stderr)
+        return 1
+    damaged: Damaged = []
+    try:
+        path = write_report(args.out, {s.name: timings[s.name] for s in SWEEPS if s.name in timings}, damaged)
+    except OSError as err:
+        print(f"demo: {cannot_write(err, 'choose a folder you can write to with --out')}", file=sys.stderr)
+        return 2
+    report_damaged(damaged, "demo")
     print(f"demo: wrote {path}")
-    return 0 if all(code == 0 for code, _ in trained.values()) else 1
+    return 0 if all(code == 0 for code, _ in trained.values()) and not damaged else 1
 
 
 if __name__ == "__main__":

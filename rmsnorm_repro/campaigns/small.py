@@ -21,7 +21,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, cannot_write
 from ..host import cpu_bf16_matmul, cpu_name
 from ..paths import configs_dir
 from ..record import ABSENT, flatten, shown_source
@@ -32,8 +32,8 @@ from ..report.claims import markdown as claims_markdown
 from ..report.significance import bootstrap_notes
 from ..report.tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
 from ..runner.optim import describe_schedule
-from .common import (ROOT, TimedBar, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of,
-                     save_timings, timings_table)
+from .common import (ROOT, Damaged, TimedBar, damaged_lines, finished_at, load_speed, load_timings, measure_speed,
+                     report_damaged, run_logged, runs_of, save_timings, timings_table)
 
 TASKS = ("rnnsearch", "transformer")
 NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
@@ -270,14 +270,16 @@ def valid_references(run: Run) -> list[str] | None:
 _REFERENCES: dict[str, list[str] | None] = {}
 
 
-def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
+def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Damaged | None = None) -> Path:
     """<out>/REPORT.md from the runs under <out>/runs/<task>/ (figures under <out>/figures), the
-    side-by-side step times in <out>/speed.json and the paired bootstrap results (<out>/bootstrap.json)."""
+    side-by-side step times in <out>/speed.json and the paired bootstrap results (<out>/bootstrap.json).
+    What cannot be read is left out, named in the report and appended to `damaged`."""
+    damaged = [] if damaged is None else damaged
     runs_root, fig_dir = out / "runs", out / "figures"
-    runs = {task: runs_of(runs_root, task) for task in TASKS}
+    runs = {task: runs_of(runs_root, task, damaged) for task in TASKS}
     everything = [run for task in TASKS for run in runs[task]]
-    measured, how = load_speed(out)
-    bootstrap = bootstrap_notes(group_runs(everything), out / "bootstrap.json", valid_references)
+    measured, how = load_speed(out, damaged)
+    bootstrap = bootstrap_notes(group_runs(everything), out / "bootstrap.json", valid_references, damaged=damaged)
     lines = ["# Root Mean Square Layer Normalization: the small tier, real language (Multi30k En-De)", "",
              f"Written by `make small` (`python -m rmsnorm_repro.campaigns.small`) from {len(everything)} runs under "
              f"`{runs_root.relative_to(out)}/`, the last finished {finished_at(everything)}.  ",
@@ -292,6 +294,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              "of the seeds' means lies inside the margin, fails when it lies outside, and cannot tell otherwise (the "
              "mini report uses the same rule); speed claims are judged only from steps timed side by side in one "
              "process."]
+    lines += damaged_lines(damaged, out)
     if timings:  # a sweep that continued an earlier one trained only the runs it found missing
         lines += ["", "Each task's last `make small` sweep (it trains only the runs not yet finished; each run's own "
                   "minutes are in the tables below):"]
@@ -397,10 +400,16 @@ def main(argv: list[str] | None = None) -> int:
     if not any((args.out / "runs" / task).is_dir() for task in TASKS):
         print(f"small: no runs under {args.out / 'runs'}: nothing to report", file=sys.stderr)
         return 1
-    path = write_report(args.out, {t: timings[t] for t in TASKS if t in timings})
-    print("\n".join(runs_table([run for task in TASKS for run in runs_of(args.out / "runs", task)])))
+    damaged: Damaged = []
+    try:
+        path = write_report(args.out, {t: timings[t] for t in TASKS if t in timings}, damaged)
+    except OSError as err:
+        print(f"small: {cannot_write(err, 'choose a folder you can write to with --out')}", file=sys.stderr)
+        return 2
+    print("\n".join(runs_table([run for task in TASKS for run in runs_of(args.out / "runs", task, [])])))
+    report_damaged(damaged, "small")
     print(f"small: wrote {path}")
-    return 0 if all(code == 0 for code, _ in trained.values()) else 1
+    return 0 if all(code == 0 for code, _ in trained.values()) and not damaged else 1
 
 
 if __name__ == "__main__":

@@ -52,11 +52,25 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
+# the sweep this process runs, until its end table is printed: a failed job makes Hydra raise before
+# on_multirun_end, and the entry point then prints it (end_unended)
+_unended: tuple["SweepCallback", DictConfig] | None = None
+
+
+def end_unended() -> None:
+    """The end table of a sweep that a failed job stopped before Hydra's on_multirun_end."""
+    if _unended is not None:
+        callback, config = _unended
+        callback.on_multirun_end(config)
+
+
 class SweepCallback(Callback):
     def __init__(self) -> None:
         self.total, self.done, self.start, self.pid = 0, 0, 0.0, 0
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _unended
+        _unended = (self, config)
         self.total, swept = job_count(sweep_params(config))
         self.start, self.pid = time.monotonic(), os.getpid()
         at_once = config.hydra.launcher.get("n_jobs") or config.hydra.launcher.get("array_parallelism") or 1
@@ -78,11 +92,22 @@ class SweepCallback(Callback):
         # printed only: a folder of its own in the sweep folder would sit among the job folders
         from ..report import compare  # here, not at the top: training imports this module, and compare loads plotting
 
+        global _unended
+        _unended = None
         sweep = Path(config.hydra.sweep.dir)
         try:
             text = compare.render(compare.compare([str(sweep)]), Path.cwd())
         except (ValueError, FileNotFoundError) as err:  # e.g. no run completed, or a sweep over tasks
             print(f"rmsnorm-report compare: {err}", file=sys.stderr, flush=True)
-            return
-        print(text, flush=True)
-        print(f"(`rmsnorm-report compare {_shown(sweep)}` writes this page and its curves)", file=sys.stderr, flush=True)
+            text = None
+        if text is not None:
+            print(text, flush=True)
+            print(f"(`rmsnorm-report compare {_shown(sweep)}` writes this page and its curves)", file=sys.stderr,
+                  flush=True)
+        # jobs stopped before their run wrote anything (bad input, a crash at start): the table cannot list them
+        silent = sorted(job.name for job in sweep.iterdir() if job.is_dir() and (job / ".hydra").is_dir()
+                        and not (job / "summary.json").exists() and not (job / "config.yaml").exists()) \
+            if sweep.is_dir() else []
+        if silent:
+            print(f"sweep: {len(silent)} job(s) ended without a summary: {', '.join(silent)} (each one's error is "
+                  "above)", file=sys.stderr, flush=True)

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, cannot_write
 from . import Normalization, build_normalization
 from ..paths import paper_dir, repo_dir
 
@@ -224,7 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="draw of parameters and data (default: %(default)s)")
     args = parser.parse_args(argv)
     text, matches = render(compute(args.seed), read_paper(args.paper), args.seed)
-    atomic_write_text(args.out, text)
+    try:
+        atomic_write_text(args.out, text)
+    except OSError as err:
+        print(text, end="")
+        print(f"error: {cannot_write(err, 'choose a file you can write with --out')}", file=sys.stderr)
+        return 2
     print(text, end="")
     return 0 if matches == len(METHODS) * len(TRANSFORMATIONS) else 1
 

@@ -21,17 +21,21 @@ from pathlib import Path
 
 from . import figures as figs
 from .aggregate import load_runs
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, cannot_write
 from ..paths import table_command
 from .tables import PAGES, page_runs, relative_to_page, render_page
 
 
 def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir: Path,
-          drawn: dict[str, Path | None] | None = None) -> dict[str, Path]:
+          drawn: dict[str, Path | None] | None = None,
+          unreadable: list[tuple[Path, str]] | None = None) -> dict[str, Path]:
     """Write the pages `names` (and their figures); returns page name -> Markdown path.
 
-    `drawn`, when given, receives figure name -> PNG path (None: no data for it)."""
-    found = load_runs(runs_dir)
+    `drawn`, when given, receives figure name -> PNG path (None: no data for it). A run that cannot be
+    read raises ValueError, or, with `unreadable`, is appended to it, left out and named on each page."""
+    found = load_runs(runs_dir, unreadable)
+    if not found and unreadable:
+        raise ValueError(f"no readable runs under {runs_dir}: " + "; ".join(why for _, why in unreadable))
     if not found:
         raise ValueError(f"no runs (summary.json files) under {runs_dir}: run the sweep first, e.g. "
                          f"{table_command(names[0] if names[0] in PAGES else 'table2')}")
@@ -41,6 +45,11 @@ def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir:
               f"{', '.join(str(r.path) for r in found if r not in runs)}", file=sys.stderr)
     if names == ["all"]:  # the pages whose setting these runs are (no Figure 3 without a p sweep)
         names = [name for name, page in PAGES.items() if page.why_not(runs) is None]
+        if not names:
+            tasks = ", ".join(sorted({run.task for run in runs}))
+            raise ValueError(f"the runs under {runs_dir} ({tasks}) fit none of the pages ({', '.join(PAGES)}): each "
+                             f"needs its task's sweep, e.g. {table_command('table2')}; `rmsnorm-report compare "
+                             f"{runs_dir}` compares any runs")
     written = {}
     drawn = {} if drawn is None else drawn
     for name in names:
@@ -53,6 +62,10 @@ def build(runs_dir: str | Path, names: list[str], tables_dir: Path, figures_dir:
             if figure not in drawn:
                 drawn[figure] = figs.draw(figure, runs, figures_dir / f"{figure}.png")
         text = render_page(name, runs, relative_to_page(runs_dir, tables_dir), drawn, tables_dir)
+        if unreadable:
+            text += "\nLeft out as damaged (the numbers above lack them): " + "; ".join(
+                f"`{relative_to_page(path, tables_dir)}` ({why.replace(str(path), '').lstrip(':/ ') or why})"
+                for path, why in unreadable) + ".\n"
         path = tables_dir / f"{name}.md"
         atomic_write_text(path, text)
         written[name] = path
@@ -132,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out if args.out is not None else args.runs_dir / "report"
     figures_dir = args.figures if args.figures is not None else out / "figures"
     drawn: dict[str, Path | None] = {}
+    unreadable: list[tuple[Path, str]] = []
     try:
-        written = build(args.runs_dir, args.table, out, figures_dir, drawn)
+        written = build(args.runs_dir, args.table, out, figures_dir, drawn, unreadable)
         for name, path in written.items():
             print(path.read_text())
             print(f"wrote {path}", file=sys.stderr)
@@ -144,7 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:  # ConfigError (a wandb key or network problem) is a ValueError
         print(f"rmsnorm-report: {err}", file=sys.stderr)
         return 2
-    return 0
+    except OSError as err:
+        print(f"rmsnorm-report: {cannot_write(err, 'choose folders you can write to with --out and --figures')}",
+              file=sys.stderr)
+        return 2
+    for path, why in unreadable:  # the pages lack these runs: never exit 0 on numbers the damage changed
+        print(f"rmsnorm-report: left out {path}: {why}", file=sys.stderr)
+    return 1 if unreadable else 0
 
 
 if __name__ == "__main__":

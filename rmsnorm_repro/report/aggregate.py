@@ -7,7 +7,9 @@
 A run is any directory holding a summary.json; its config.yaml and metrics.jsonl are read when
 present. Runs are grouped by (task, norm, p) plus every config key that was swept (a key whose value
 differs between runs that share task, norm and p, such as task.model.init_center), so seeds are
-the only thing a group averages over. Nothing here knows a task's internals: only the file contract.
+the only thing a group averages over. A key a run's config.yaml lacks is filled as the run trained
+(record.filled_config), and a key still absent differs from nothing, as a resume treats it.
+Nothing here knows a task's internals: only the file contract.
 
 A file that cannot be read, or holds JSON/YAML of the wrong shape, is a one-line ValueError naming
 it. A directory with metrics.jsonl or config.yaml but no summary.json is a run in progress (or one
@@ -34,10 +36,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
-import yaml
 
 from ..paths import table_command
-from ..record import SUMMARY_NUMBERS, SUMMARY_OBJECTS, check_summary, flatten
+from ..record import filled_config, flatten, is_number, lock_holder, read_config, read_metrics, read_summary
 
 # Config keys that never define a group: where outputs go, how they are logged, and the seed.
 NOT_SWEPT = ("seed", "paths.", "logger.", "hydra.", "device", "train.max_minutes", "train.checkpoint_every",
@@ -47,6 +48,8 @@ NORM_ORDER = ("none", "batchnorm", "weightnorm", "l2norm", "layernorm", "rmsnorm
 # A status whose numbers are real: completed runs, and diverged runs for their step time only.
 TRAINED = "completed"
 DIVERGED = "diverged"
+# a run whose .lock a process holds now: its summary.json, if any, is of an earlier session
+TRAINING = "training"
 # a "completed" summary without a step count or final metrics (e.g. hand-written or truncated)
 EMPTY = "without numbers"
 # the bootstrap of step-time intervals: draws, and a fixed seed so a report is the same every time
@@ -108,10 +111,17 @@ class Run:
     def seed(self) -> int | None:
         return self.summary.get("seed", self.config.get("seed"))
 
+    @cached_property
+    def training(self) -> bool:
+        """A process is training this run now (it holds the run's .lock)."""
+        return lock_holder(self.path) is not None
+
     @property
     def status(self) -> str:
+        if self.training:
+            return TRAINING
         status = str(self.summary.get("status", "unknown"))
-        if status == TRAINED and not (_is_number(self.summary.get("steps")) and self.summary["steps"] > 0
+        if status == TRAINED and not (is_number(self.summary.get("steps")) and self.summary["steps"] > 0
                                       and isinstance(self.summary.get("final"), dict)):
             return EMPTY
         return status
@@ -120,7 +130,7 @@ class Run:
     def time_ci(self) -> tuple[float, float] | None:
         """summary["s_per_1k_steps_ci95"] as (lo, hi); None when the summary predates it or has none."""
         ci = self.summary.get("s_per_1k_steps_ci95")
-        if isinstance(ci, list) and len(ci) == 2 and all(_is_number(v) and math.isfinite(v) for v in ci):
+        if isinstance(ci, list) and len(ci) == 2 and all(is_number(v) and math.isfinite(v) for v in ci):
             return float(ci[0]), float(ci[1])
         return None
 
@@ -143,20 +153,8 @@ class Run:
 
     @cached_property
     def history(self) -> list[dict[str, Any]]:
-        """metrics.jsonl; a run killed mid-write may leave a torn last line, which is skipped (so is any
-        line that is not a JSON object). Bytes that are not UTF-8 are an error naming the file and line."""
-        path = self.path / "metrics.jsonl"
-        if not path.exists():
-            return []
-        lines = []
-        for line in _read_text(path).split("\n"):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                lines.append(record)
-        return lines
+        """metrics.jsonl's records (record.read_metrics: a line torn by a kill is skipped)."""
+        return read_metrics(self.path / "metrics.jsonl")
 
     def points(self, metric: str, x: str = "step") -> list[tuple[float, float, float]]:
         """(step, x, value) of every metrics.jsonl line that logged `metric` (x: "step" or "wall_s")."""
@@ -185,6 +183,8 @@ def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None
     A run whose files cannot be read (a newer record version, a damaged file) raises ValueError, or,
     when `unreadable` is given, is appended to it as (run directory, why) and left out."""
     root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"{root} is a file, not a folder of runs: give the folder the runs are in")
     if not root.is_dir():
         raise FileNotFoundError(f"runs directory {root} does not exist: run the sweep first (e.g. {table_command('table2')})")
     runs, failed = [], set()
@@ -193,7 +193,10 @@ def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None
             continue
         run_dir = summary_path.parent
         try:
-            runs.append(Run(run_dir, read_summary(summary_path), _read_config(run_dir / "config.yaml")))
+            summary = read_summary(summary_path)
+            run = Run(run_dir, summary, filled_config(read_config(run_dir / "config.yaml"), summary))
+            run.history  # read now: a damaged metrics.jsonl leaves its run out here, not a whole report later
+            runs.append(run)
         except ValueError as err:
             if unreadable is None:
                 raise
@@ -202,78 +205,22 @@ def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None
     finished = {run.path for run in runs} | failed
     started = {path.parent for name in ("metrics.jsonl", "config.yaml") for path in root.rglob(name)
                if not _skipped(path, root)}
-    in_progress = [Run(run_dir, {}, _read_config(run_dir / "config.yaml")) for run_dir in sorted(started - finished)]
+    in_progress = [Run(run_dir, {}, _config_or_nothing(run_dir / "config.yaml")) for run_dir in sorted(started - finished)]
     return Runs(runs, in_progress, root)
+
+
+def _config_or_nothing(path: Path) -> dict[str, Any]:
+    """A run in progress is named by its folder: a config.yaml being damaged does not stop a report."""
+    try:
+        return read_config(path)
+    except ValueError:
+        return {}
 
 
 def _skipped(path: Path, root: Path) -> bool:
     """Files of Hydra (.hydra/config.yaml) and wandb (wandb/.../config.yaml) are not run files."""
     parts = path.relative_to(root).parts[:-1]
     return any(part == ".hydra" or part == "wandb" for part in parts)
-
-
-def _read_text(path: Path) -> str:
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise ValueError(f"{path}: line {line} is not valid UTF-8 (byte 0x{raw[err.start]:02x}); "
-                         "repair or delete that line, or delete the run") from err
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), "a number" if _is_number(value) else
-                                                                   type(value).__name__)
-
-
-
-
-def read_summary(path: Path) -> dict[str, Any]:
-    """summary.json as a dict, checked for the shape the report relies on: one ValueError naming the
-    file for invalid JSON, a non-object, or a key of the wrong type."""
-    try:
-        summary = json.loads(_read_text(path))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); delete that run or rerun it") from err
-    if not isinstance(summary, dict):
-        raise ValueError(f"{path} holds {_kind(summary)}, not a JSON object; delete that run or rerun it")
-    summary = check_summary(summary, path)  # a version this suite reads, or one line why not
-    for key in SUMMARY_OBJECTS:
-        if summary.get(key) is not None and not isinstance(summary[key], dict):
-            raise ValueError(f'{path}: "{key}" is {_kind(summary[key])}, not an object; delete that run or rerun it')
-    for key in SUMMARY_NUMBERS:
-        if summary.get(key) is not None and not _is_number(summary[key]):
-            raise ValueError(f'{path}: "{key}" is {_kind(summary[key])}, not a number; delete that run or rerun it')
-    ci = summary.get("s_per_1k_steps_ci95")
-    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_is_number(v) for v in ci)):
-        raise ValueError(f'{path}: "s_per_1k_steps_ci95" is {json.dumps(ci)}, not [low, high]; '
-                         "delete that run or rerun it")
-    return summary
-
-
-def _read_config(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
-    try:
-        config = yaml.safe_load(_read_text(path))
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        raise ValueError(f"{path} is not valid YAML{at}; delete that run or rerun it") from err
-    if config is None:
-        return {}
-    if not isinstance(config, dict):
-        raise ValueError(f"{path} holds {_kind(config)}, not a mapping; delete that run or rerun it")
-    return config
 
 
 def _flatten(tree: Any) -> dict[str, str]:
@@ -291,7 +238,7 @@ def swept_keys(runs: list[Run]) -> list[str]:
         for key in set().union(*configs):
             if key.startswith(NOT_SWEPT) or key in ("norm.p", "norm.name", "task.name"):
                 continue
-            if len({c.get(key) for c in configs}) > 1:
+            if len({c[key] for c in configs if key in c}) > 1:  # a key a run lacks differs from nothing
                 keys.add(key)
     return sorted(keys)
 
@@ -342,7 +289,7 @@ class Group:
     def timed(self) -> list[Run]:
         """Completed and diverged runs with a step time (the paper timed its failing baseline too)."""
         return [run for run in self.runs if run.status in (TRAINED, DIVERGED) and run.summary.get("steps")
-                and _is_number(run.summary.get("s_per_1k_steps")) and math.isfinite(run.summary["s_per_1k_steps"])]
+                and is_number(run.summary.get("s_per_1k_steps")) and math.isfinite(run.summary["s_per_1k_steps"])]
 
     def time(self) -> Stat | None:
         """Seconds per 1k steps (each run's median; older summaries: mean), mean and std over the timed runs."""

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..atomic import atomic_write_text
-from ..record import ABSENT, metric_goal
+from ..atomic import atomic_write_text, cannot_write
+from ..record import ABSENT, metric_goal, printable
 from . import figures as figs
-from .aggregate import NORM_ORDER, NOT_SWEPT, TRAINED, Group, Run, Stat, _flatten, load_runs
+from .aggregate import NORM_ORDER, NOT_SWEPT, TRAINED, TRAINING, Group, Run, Stat, _flatten, load_runs
 from .claims import difference_verdict
 
 # the metrics of a task's row: a `final` key is shown when it is one of these or ends in "_" + one
@@ -78,6 +78,7 @@ class Comparison:
     columns: list[Column]
     baseline: tuple[str, str] | None  # (key, value) naming the baseline groups
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # (run folder, why it was left out)
+    unreadable: int = 0  # of them, runs whose record could not be read: the numbers may lack a real run
 
 
 # Reading -------------------------------------------------------------------------------------------
@@ -96,22 +97,26 @@ def expand(inputs: list[str]) -> list[Path]:
     return folders
 
 
-def read(folders: list[Path]) -> tuple[list[Run], list[tuple[Path, str]]]:
-    """The runs under the folders (each once), and the folders of runs without a readable summary."""
-    runs, skipped, seen = [], [], set()
+def read(folders: list[Path]) -> tuple[list[Run], list[tuple[Path, str]], int]:
+    """The runs under the folders (each once), the folders of runs without a readable summary, and how
+    many of those are unreadable (damaged, or of a newer version) rather than unfinished."""
+    runs, skipped, seen, damaged = [], [], set(), 0
     for folder in folders:
         unreadable: list[tuple[Path, str]] = []
         found = load_runs(folder, unreadable)
-        in_progress = [(run.path, "in progress, or killed before writing summary.json") for run in found.in_progress]
+        in_progress = [(run.path, TRAINING if run.training else
+                        "no summary.json and no process here holds its .lock: killed, or training on another machine")
+                       for run in found.in_progress]
         for path, why in unreadable + in_progress:
             if path.resolve() not in seen:
                 seen.add(path.resolve())
                 skipped.append((path, why))
+                damaged += (path, why) in unreadable
         for run in found:
             if run.path.resolve() not in seen:
                 seen.add(run.path.resolve())
                 runs.append(run)
-    return runs, skipped
+    return runs, skipped, damaged
 
 
 def _data(run: Run) -> str:
@@ -129,12 +134,8 @@ def refuse_mixed(runs: list[Run]) -> None:
 
 # Grouping ------------------------------------------------------------------------------------------
 def settings(run: Run) -> dict[str, str]:
-    """A run's flattened config (values as JSON text), with the norm and p of its summary where the
-    config lacks them (a run folder without config.yaml still has a norm)."""
-    flat = _flatten(run.config)
-    flat.setdefault("norm.name", json.dumps(run.norm))
-    flat.setdefault("norm.p", json.dumps(run.p))
-    return flat
+    """A run's flattened config (values as JSON text; load_runs filled in what its config.yaml lacks)."""
+    return _flatten(run.config)
 
 
 def differing_keys(runs: list[Run]) -> list[str]:
@@ -145,12 +146,13 @@ def differing_keys(runs: list[Run]) -> list[str]:
             if not key.startswith(NOT_SWEPT) and key not in NEVER_A_GROUP}
     ordered = sorted(keys, key=lambda k: (KEY_ORDER.index(k) if k in KEY_ORDER else len(KEY_ORDER), k))
     kept: list[str] = []
-    blocks = 1
     for key in ordered:
-        split = len({tuple(config.get(k, ABSENT) for k in (*kept, key)) for config in flat})
-        if split > blocks:
+        # among the runs that have the key: one that lacks it (recorded before it existed, and not in
+        # record.ADDED_KEYS) differs from nothing, as a resume treats it
+        having = [config for config in flat if key in config]
+        before = len({tuple(config.get(k, ABSENT) for k in kept) for config in having})
+        if len({tuple(config.get(k, ABSENT) for k in (*kept, key)) for config in having}) > before:
             kept.append(key)
-            blocks = split
     return kept
 
 
@@ -275,7 +277,7 @@ def baseline_of(comparison: Comparison, group: Compared) -> Compared | None:
 
 def compare(inputs: list[str], baseline: str | None = None) -> Comparison:
     """The comparison of the completed runs under `inputs`; ValueError (one line) for a set it refuses."""
-    runs, skipped = read(expand(inputs))
+    runs, skipped, damaged = read(expand(inputs))
     if not runs:
         raise ValueError(f"no runs (summary.json files) under {', '.join(inputs)}")
     refuse_mixed(runs)
@@ -293,7 +295,7 @@ def compare(inputs: list[str], baseline: str | None = None) -> Comparison:
     elif "norm.name" in keys and any(g.norm == "layernorm" for g in groups):
         chosen = ("norm.name", "layernorm")
     task = unique[0].task
-    return Comparison(task, _data(unique[0]), keys, groups, columns(task, unique), chosen, skipped)
+    return Comparison(task, _data(unique[0]), keys, groups, columns(task, unique), chosen, skipped, damaged)
 
 
 # Rendering -----------------------------------------------------------------------------------------
@@ -350,7 +352,7 @@ def differences_table(c: Comparison) -> list[str]:
 
 def shown_path(path: Path, md_dir: Path) -> str:
     """A run folder relative to the page (never the machine's absolute path)."""
-    return Path(os.path.relpath(path.resolve(), md_dir.resolve())).as_posix()
+    return printable(Path(os.path.relpath(path.resolve(), md_dir.resolve())).as_posix())
 
 
 def render(c: Comparison, md_dir: Path, figure: Path | None = None) -> str:
@@ -433,13 +435,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         comparison = compare(args.runs, args.baseline)
-        path, text = write(comparison, args.out if args.out is not None else default_out(args.runs))
+        out = args.out if args.out is not None else default_out(args.runs)
     except (ValueError, FileNotFoundError) as err:
         print(f"rmsnorm-report compare: {err}", file=sys.stderr)
+        return 2
+    try:
+        path, text = write(comparison, out)
+    except OSError as err:  # the table is shown anyway: reading needed no write
+        print(render(comparison, out, None))
+        print(f"rmsnorm-report compare: {cannot_write(err, 'choose a folder you can write to with --out')}",
+              file=sys.stderr)
         return 2
     print(text)
     if comparison.skipped:
         print(f"left out {len(comparison.skipped)} run(s): " +
               ", ".join(f"{p} ({why})" for p, why in comparison.skipped), file=sys.stderr)
     print(f"wrote {path}", file=sys.stderr)
+    if comparison.unreadable:  # never exit 0 on verdicts a damaged record may have changed
+        print(f"rmsnorm-report compare: {comparison.unreadable} run(s) could not be read and are not in these "
+              "numbers: repair or delete them (named above)", file=sys.stderr)
+        return 1
     return 0

@@ -19,6 +19,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ..atomic import atomic_path
 from .aggregate import DIVERGED, TRAIN_LOSS, TRAINED, Group, Run, group_runs, mean_curve, resolve_metric
 
 NORM_COLORS = {"none": "tab:gray", "layernorm": "tab:blue", "rmsnorm": "tab:red", "prmsnorm": "tab:orange",
@@ -136,9 +137,15 @@ def _curves_figure(title: str, panels: list[tuple[str, str, str]]) -> Callable[[
         fig.suptitle(title)
         fig.tight_layout()
         if drawn:
-            fig.savefig(path, dpi=110, metadata=PNG_METADATA)
+            save(fig, path)
         return drawn
     return draw
+
+
+def save(fig: Figure, path: Path) -> None:
+    """A PNG written atomically, as every result file is."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, metadata=PNG_METADATA)
 
 
 def _quality_vs_p(groups: list[Group], path: Path) -> bool:
@@ -165,7 +172,7 @@ def _quality_vs_p(groups: list[Group], path: Path) -> bool:
         ax.legend(fontsize=7)
         ax.set_title("Figure 3: BLEU against p")
         fig.tight_layout()
-        fig.savefig(path, dpi=110, metadata=PNG_METADATA)
+        save(fig, path)
     return drawn
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..atomic import atomic_write_text
+from ..record import RecordError, read_lines
 from .aggregate import Group, Run
 
 SPLIT = "valid"       # the split both systems translated with beam search (final evaluation)
@@ -36,9 +37,17 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
     return float(other.score - base.score), float(other.p_value)
 
 
-def _translations(run: Run) -> list[str] | None:
+def _translations(run: Run, damaged: list[tuple[Path, str]] | None) -> list[str] | None:
+    """The run's final translations of SPLIT; None when absent, or unreadable (then added to `damaged`)."""
     path = run.path / "outputs" / f"{SPLIT}.txt"
-    return path.read_text(encoding="utf-8").split("\n")[:-1] if path.exists() else None
+    try:
+        return read_lines(path)
+    except RecordError as err:
+        if damaged is None:
+            raise
+        if path not in (where for where, _ in damaged):  # a baseline's file is read once per system
+            damaged.append((path, f"{err}: the paired bootstraps of this run are left out"))
+        return None
 
 
 def _key(a: list[str], b: list[str]) -> str:
@@ -47,14 +56,23 @@ def _key(a: list[str], b: list[str]) -> str:
 
 
 def bootstrap_notes(groups: list[Group], cache: Path, references: Callable[[Run], list[str] | None],
-                    against: str = "layernorm") -> dict[tuple[str, str], str]:
+                    against: str = "layernorm", damaged: list[tuple[Path, str]] | None = None) -> dict[tuple[str, str], str]:
     """{(task, norm): "paired bootstrap on valid, per seed: seed 1 +0.41 BLEU (p = 0.21); ..."} for every
     group with a seed of `against` beside it. references(run) gives a run's valid references (None when
-    the data is not there: then only cached results are shown)."""
-    try:
-        known = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        known = {}
+    the data is not there: then only cached results are shown). A cache that cannot be read is appended
+    to `damaged` (when given) with what it costs."""
+    known = {}
+    if cache.exists():
+        try:
+            known = json.loads(cache.read_text(encoding="utf-8"))
+            if not isinstance(known, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as err:
+            known = {}
+            if damaged is not None:
+                damaged.append((cache, f"cannot be read ({type(err).__name__}: {err}), so the paired bootstrap notes "
+                                       "are computed again where the data is here and left out where not: delete it "
+                                       "to compute them afresh"))
     notes, changed = {}, False
     by_norm: dict[tuple[str, str], Group] = {}
     for group in groups:
@@ -67,7 +85,7 @@ def bootstrap_notes(groups: list[Group], cache: Path, references: Callable[[Run]
         base_runs = {run.seed: run for run in base.completed}
         for run in sorted(group.completed, key=lambda r: str(r.seed)):
             other = base_runs.get(run.seed)
-            a, b = (_translations(other), _translations(run)) if other is not None else (None, None)
+            a, b = (_translations(other, damaged), _translations(run, damaged)) if other is not None else (None, None)
             if a is None or b is None or len(a) != len(b):
                 continue
             if a == b:  # sacreBLEU's p for two identical systems is its smallest (1 / (samples + 1)): say it plainly

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..paths import paper_dir, table_command
+from ..record import printable
 from .aggregate import Group, Interval, Run, Stat, describe_env, group_runs, speedup, speedup_interval
 
 PAPER_DIR = paper_dir()  # results/paper of the checkout, or the copy an installed wheel ships
@@ -399,13 +400,18 @@ def valid_decode(runs: list[Run]) -> str:
 
 
 def relative_to_page(path: str | Path, md_dir: Path) -> str:
-    """A path as a page names it: relative to the page's folder, never the machine's absolute path."""
-    return Path(os.path.relpath(Path(path).resolve(), Path(md_dir).resolve())).as_posix()
+    """A path as a page names it: relative to the page's folder, never the machine's absolute path; a
+    folder above the page by its name too ("../../runs", not "..")."""
+    target = Path(path).resolve()
+    relative = Path(os.path.relpath(target, Path(md_dir).resolve()))
+    if relative.parts and set(relative.parts) == {".."} and target.name:
+        relative = relative / ".." / target.name
+    return printable(relative.as_posix())
 
 
 def _shown(path: Path, root: Path | None) -> str:
     """A run directory as the page names it: relative to the directory the runs were read from."""
     try:
-        return path.relative_to(root).as_posix() if root is not None else path.as_posix()
+        return printable(path.relative_to(root).as_posix() if root is not None else path.as_posix())
     except ValueError:
-        return path.as_posix()
+        return printable(path.as_posix())

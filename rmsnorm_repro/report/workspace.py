@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, cannot_write
 from .claims import TASK_ORDER
 from .tables import PAGES
 
@@ -92,7 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     views = {task: view(task, args.entity, args.project) for task in args.task or TASK_ORDER}
     reason = offline_reason(args.offline)
     if reason is not None:
-        atomic_write_text(args.spec, json.dumps({task: spec(w) for task, w in views.items()}, indent=1) + "\n")
+        try:
+            atomic_write_text(args.spec, json.dumps({task: spec(w) for task, w in views.items()}, indent=1) + "\n")
+        except OSError as err:
+            print(f"rmsnorm-report wandb-workspace: {cannot_write(err, 'give --spec a file path you can write to')}",
+                  file=sys.stderr)
+            return 2
         print(f"rmsnorm-report wandb-workspace: not saved to wandb ({reason}); wrote the spec of "
               f"{len(views)} view(s) to {args.spec}: run this again online (after `wandb login`) to save them",
               file=sys.stderr)

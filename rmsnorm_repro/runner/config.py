@@ -63,6 +63,7 @@ def check_config(cfg: DictConfig) -> None:
     for key in ("train.eval_every", "train.log_every", "train.checkpoint_every"):
         _int(cfg, key, 1)
     _number(cfg, "train.max_minutes", 0.0, optional=True, low_open=True)
+    _number(cfg, "train.max_loss", 0.0, optional=True, low_open=True)
     if _get(cfg, "train.select_mode") not in (None, "min", "max"):
         raise ConfigError(f"train.select_mode must be min, max or null, got {_get(cfg, 'train.select_mode')!r}")
     if _get(cfg, "train.early_stop_patience") is not None:

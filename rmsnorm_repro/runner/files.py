@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import atomic_write_text
+from ..record import read_metrics
 
 
 def finite_or_none(value: Any) -> Any:
@@ -34,18 +35,10 @@ class MetricsFile:
     def _truncate(self, step: int) -> None:
         """Keep lines up to the checkpoint's step: steps after it are replayed by the resumed run.
 
-        A line cut short by a kill does not parse and goes too.
+        A line cut short by a kill does not parse and goes too (record.read_metrics' rule).
         """
-        kept = []
-        if step > 0 and self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if record.get("step", math.inf) <= step:
-                    kept.append(line + "\n")
-        atomic_write_text(self.path, "".join(kept))
+        kept = [record for record in read_metrics(self.path) if record.get("step", math.inf) <= step] if step > 0 else []
+        atomic_write_text(self.path, "".join(json.dumps(finite_or_none(record), allow_nan=False) + "\n" for record in kept))
 
     def log(self, record: dict[str, Any]) -> None:
         self.file.write(json.dumps(finite_or_none(record), allow_nan=False) + "\n")

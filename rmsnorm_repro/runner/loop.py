@@ -139,6 +139,7 @@ class Loop:
         self.clock0 = time.perf_counter() - state.wall_s  # wall_s continues across resumes
         self.total = int(cfg.train.steps)
         self.budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else math.inf
+        self.max_loss = cfg.train.get("max_loss")  # a finite blow-up is divergence too
         # token shards differ in size: weigh each rank's mean so DDP's average is the global mean
         self.loss_weight = ((lambda n: distributed.token_weight(n, run.device, world))
                             if world.distributed and task.loss_mean_over == "tokens" else None)
@@ -200,7 +201,7 @@ class Loop:
         self.window.add(int(n), ms, run.task.summed_loss(loss_value, int(n), batch, world.world_size))
         if run.wandb is not None:
             run.wandb.log({"loss": loss_value, "step_ms": ms, "lr": lr, "wall_s": round(self.clock(), 3)}, step=done)
-        diverged = not math.isfinite(loss_value)
+        diverged = not math.isfinite(loss_value) or (self.max_loss is not None and loss_value > self.max_loss)
         last = done == self.total or out_of_time or self.stopping is not None
 
         window = self.window
@@ -230,7 +231,8 @@ class Loop:
         run = self.run
         if diverged:
             self.status = "diverged"  # no checkpoint: the last one holds the last finite state
-            log.warning(f"loss is {loss_value} at step {done}: run diverged, stopping")
+            above = f" (above train.max_loss {self.max_loss:g})" if math.isfinite(loss_value) else ""
+            log.warning(f"loss is {loss_value} at step {done}{above}: run diverged, stopping")
             return False
         early_stopped = evaluated_now and distributed.any_rank(self.early_stopped(), run.device, run.world)
         if done % run.cfg.train.checkpoint_every == 0 or last or self.stopping is not None or early_stopped:

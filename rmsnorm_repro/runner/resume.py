@@ -2,7 +2,6 @@
 rules of what may change between sessions (record.changes)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +54,7 @@ def inspect(run_dir: Path, config: dict[str, Any]) -> Resume:
     found.checkpoint = last if last.exists() else None
     found.reevaluate = bool(diff.eval_only or diff.selection)
     found.reselect = bool(diff.selection)
-    summary = read_summary(run_dir / "summary.json")
+    summary = record.read_summary(run_dir / "summary.json", strict=False)  # unreadable: the run goes on
     status = summary.get("status")
     needs_weights = diff.budget + diff.eval_only + diff.selection  # more steps, a new evaluation or selection
     if found.checkpoint is None and status in ("completed", "diverged"):
@@ -68,15 +67,6 @@ def inspect(run_dir: Path, config: dict[str, Any]) -> Resume:
     elif status == "completed" and not needs_weights:  # with its checkpoints (the branch above: without)
         found.finished = summary
     return found
-
-
-def read_summary(path: Path) -> dict[str, Any]:
-    """A run's summary.json, or {} when there is none or it cannot be read (the run then goes on)."""
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return summary if isinstance(summary, dict) else {}
 
 
 def check_schedule_continues(found: Resume, cfg: DictConfig, run_dir: Path, steps_done: int) -> None:

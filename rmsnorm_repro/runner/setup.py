@@ -229,38 +229,23 @@ def reselect(plan: Plan, state: TrainState, model: torch.nn.Module) -> None:
 
 
 class RunDirLock:
-    """An exclusive flock on <run_dir>/.lock, released when the run ends or its process dies (even by
+    """An exclusive flock on <run_dir>/.lock (record.LOCK_FILE), released when the run ends or its process dies (even by
     SIGKILL, so a killed run never leaves a stale lock)."""
 
     def __init__(self, run_dir: Path):
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = run_dir / ".lock"
+        self.path = run_dir / record.LOCK_FILE
         self.file = open(self.path, "a")
         try:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.file.close()
-            holder = _lock_holder(self.path)
-            raise ConfigError(f"another process{f' (pid {holder})' if holder else ''} is running in {run_dir}: "
-                              f"wait for it to end, or choose another hydra.run.dir") from None
+            raise ConfigError(record.busy(run_dir, record.lock_holder(run_dir))) from None
 
     def release(self) -> None:
         if not self.file.closed:
             fcntl.flock(self.file, fcntl.LOCK_UN)
             self.file.close()
-
-
-def _lock_holder(path: Path) -> int | None:
-    """The pid holding a flock on path, from /proc/locks (Linux); None where that cannot be told."""
-    try:
-        inode = path.stat().st_ino
-        for line in Path("/proc/locks").read_text().splitlines():
-            fields = line.split()
-            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
-                return int(fields[4])
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 def write_config(run_dir: Path, config: dict[str, Any], overrides: list[str]) -> None:

@@ -6,8 +6,10 @@ local_parallel) asks each of them to stop (forward_to_workers), waits for their 
 exits: no worker keeps training as an orphan, and no further job starts. A worker whose job was
 interrupted while the sweep stops parks itself (park_if_sweep_stops), so the sweep's wait ends as
 soon as they have checkpointed; a job stopped on its own (a signal to that worker alone) ends as a
-single run does and the sweep goes on. Ctrl-C reaches a sweep's workers twice (the terminal signals the whole process group,
-and the sweep passes it on): the sweep passes SIGTERM, so that only a second Ctrl-C kills.
+single run does and the sweep goes on. Ctrl-C reaches a sweep's workers twice per press (the terminal
+signals the whole process group, and the sweep passes it on): a worker ignores every signal after the
+first, so any number of presses, at any spacing, leave each running job checkpointed (a single run:
+a second Ctrl-C kills). The sweep's last line counts the jobs that said they checkpointed.
 
 In a SLURM job started by submitit, SIGUSR2 is SLURM's warning that the job's time limit is near
 (`--signal=USR2@signal_delay_s`), and submitit's handler for it requeues the job: a run checkpoints
@@ -42,11 +44,15 @@ def stop_requests() -> Iterator[dict[str, Any]]:
     So does SIGUSR2 where a handler (submitit's) is installed for it, which then gets the signal."""
     flag: dict[str, Any] = {"signal": None}
     previous = {}
+    # in a local sweep's worker every further signal is ignored: Ctrl-C reaches it from the terminal and
+    # from the sweep, once per press, and `timeout` signals its group again; the sweep kills a worker
+    # that has not checkpointed within WORKER_GRACE_S
+    worker = in_sweep_worker()
 
     def handler(signum, frame):
         flag["signal"] = flag["signal"] or signal.Signals(signum).name  # the first says why
-        if signum == signal.SIGINT:  # a second Ctrl-C kills; a repeated SIGTERM (a process group's and
-            signal.signal(signum, previous[signum])  # the sweep's) must not cut the checkpoint short
+        if signum == signal.SIGINT and not worker:  # a single run: a second Ctrl-C kills; a repeated SIGTERM
+            signal.signal(signum, previous[signum])  # (a process group's) must not cut the checkpoint short
 
     requeue = (REQUEUE_SIGNAL,) if callable(signal.getsignal(REQUEUE_SIGNAL)) else ()
     for sig in STOP_SIGNALS + requeue:
@@ -71,6 +77,8 @@ def forward_to_workers() -> None:
     os.environ[SWEEP_PID_ENV] = str(os.getpid())
 
     def handler(signum, frame):
+        for sig in STOP_SIGNALS:  # once: a repeated Ctrl-C must not start the wait over, or cut it short
+            signal.signal(sig, signal.SIG_IGN)
         notice = _stop_notice(os.getpid())
         notice.touch()
         children = psutil.Process().children(recursive=True)
@@ -84,12 +92,17 @@ def forward_to_workers() -> None:
         while time.monotonic() < deadline and any(_busy(p) for p in workers):
             time.sleep(0.05)
         alive = [p for p in workers if _busy(p)]
+        parked = [p for p in workers if _parked(p)]  # park_if_sweep_stops: its run's summary and checkpoint are written
         for proc in workers + trackers:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         lost = (f"; {len(alive)} did not stop within {WORKER_GRACE_S} s and were killed: their runs resume from "
                 "their last periodic checkpoint" if alive else "")
-        done = (f"its running jobs checkpointed their runs (summary status interrupted){lost}" if workers else
+        other = len(workers) - len(parked) - len(alive)
+        ended = (f"; {other} other worker process(es) ended without saying so (idle, or a job that did not save: "
+                 "a run folder without summary.json resumes from its last periodic checkpoint)" if other else "")
+        done = (f"{len(parked)} running job(s) checkpointed their runs (summary status interrupted){lost}{ended}"
+                if workers else
                 "no job of it ran in a local process (jobs submitted to SLURM run on: scancel them to stop them)")
         print(f"{signal.Signals(signum).name}: the sweep stopped; {done}. Finished runs are kept: rerun the same "
               "command to resume", flush=True)
@@ -115,6 +128,15 @@ def _busy(proc) -> bool:
 
     try:
         return proc.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
+        return False
+
+
+def _parked(proc) -> bool:
+    import psutil
+
+    try:
+        return proc.status() == psutil.STATUS_STOPPED
     except psutil.Error:
         return False
 

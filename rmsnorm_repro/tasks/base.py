@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from ..norms import Normalization
+from ..record import decode_utf8
 
 
 class EvaluationInterrupted(Exception):
@@ -148,6 +149,9 @@ def check_number(cfg: Any, key: str, low: float, high: float | None = None, *, h
 
 
 # Reading data files ------------------------------------------------------------------------------
+NOT_UTF8_ADVICE = "fix that line or re-encode the file as UTF-8"
+
+
 def read_lines(path: str | Path) -> list[str]:
     r"""The lines of a text data file (gunzipped when its name ends in .gz), strict UTF-8, read as a
     stream: lines end at "\n" and nothing else, as `wc -l` counts them. A "\r" inside a line stays
@@ -163,15 +167,11 @@ def read_lines(path: str | Path) -> list[str]:
         try:
             with opener(path, "rt", encoding="utf-8", newline="\n") as f:  # newline="\n": split at "\n" only
                 return [line.rstrip("\n").removesuffix("\r") for line in f]
-        except UnicodeDecodeError as e:
-            # text mode knows only the offset in its buffer: find the line in a binary pass
+        except UnicodeDecodeError:
+            # text mode knows only the offset in its buffer: find the line and column in the bytes
             with opener(path, "rb") as f:
-                for number, raw in enumerate(f, 1):
-                    try:
-                        raw.decode("utf-8")
-                    except UnicodeDecodeError as bad:
-                        raise _not_utf8(path, number, bad.start + 1, raw[bad.start]) from e
-            raise _not_utf8(path, 0, e.start + 1, e.object[e.start]) from e  # not reached: the pass finds it
+                decode_utf8(f.read(), path, NOT_UTF8_ADVICE)
+            raise
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise _bad_gzip(path, e) from e
 
@@ -188,11 +188,7 @@ def read_text(path: str | Path) -> str:
             raw = path.read_bytes()
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise _bad_gzip(path, e) from e
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise _not_utf8(path, line, e.start - raw.rfind(b"\n", 0, e.start), raw[e.start]) from e
+    return decode_utf8(raw, path, NOT_UTF8_ADVICE)
 
 
 def split_lines(text: str) -> list[str]:
@@ -201,11 +197,6 @@ def split_lines(text: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
-def _not_utf8(path: Path, line: int, column: int, byte: int) -> ValueError:
-    return ValueError(f"{path}: line {line} is not valid UTF-8 (byte 0x{byte:02x} at column {column}); "
-                      "fix that line or re-encode the file as UTF-8")
 
 
 def _bad_gzip(path: Path, err: BaseException) -> ValueError:

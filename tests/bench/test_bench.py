@@ -272,6 +272,15 @@ def test_bad_bench_arguments_are_one_line_exit_2_and_leave_the_tables_alone(tmp_
     assert table.read_text() == "the committed table\n" and len(list(tmp_path.iterdir())) == 1
 
 
+def test_an_out_folder_that_cannot_be_written_is_one_line_before_any_timing(tmp_path, capsys):
+    from rmsnorm_repro.bench import __main__ as bench
+
+    (tmp_path / "afile").write_text("x")
+    assert bench.main(["--kernels", "--out", str(tmp_path / "afile" / "speed")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot write") and "--out" in err[0], err
+
+
 def test_a_bench_that_measures_nothing_never_overwrites_a_table(tmp_path):
     from rmsnorm_repro.bench.tables import write_table
 

@@ -11,7 +11,7 @@ def test_demo_says_its_runs_sweeps_place_and_time_before_it_starts(tmp_path: Pat
 
     ran = []
     monkeypatch.setattr(demo, "run_sweep", lambda s, *args: ran.append(s.name) or (0, 1.5))
-    monkeypatch.setattr(demo, "write_report", lambda out, timings: out / "REPORT.md")
+    monkeypatch.setattr(demo, "write_report", lambda out, timings, damaged: out / "REPORT.md")
     # the real side-by-side steps, one of each (the demo's 3 rounds x 4 take a minute or two)
     side_by_side = steps.side_by_side
     monkeypatch.setattr(steps, "side_by_side", lambda tasks, norms, scale, overrides, rounds, count:

@@ -273,7 +273,7 @@ def test_timing_one_task_keeps_the_other_tasks_side_by_side_times(tmp_path, monk
 def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path, monkeypatch, capsys):
     ran, timed = [], []
     monkeypatch.setattr(small, "run_logged", lambda command, log, threads: ran.append(command) or (0, 2.0))
-    monkeypatch.setattr(small, "write_report", lambda out, timings: out / "REPORT.md")
+    monkeypatch.setattr(small, "write_report", lambda out, timings, damaged: out / "REPORT.md")
     monkeypatch.setattr(small, "measure_speed", lambda *args: timed.append(args))
     monkeypatch.setattr(small, "REFERENCE_RUNS", tmp_path / "no-committed-runs")
     (tmp_path / "small" / "runs" / "rnnsearch").mkdir(parents=True)  # as the sweep would leave it

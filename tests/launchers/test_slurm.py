@@ -21,9 +21,10 @@ import pytest
 
 from rmsnorm_repro.launchers.slurm import ENDED, SqueueWatcher, accounting
 from rmsnorm_repro.runner import checkpoint, run
-from runner_fixtures.helpers import REPO, cli_args, cli_env, read_metrics, read_summary
+from runner_fixtures.helpers import REPO, cli, cli_args, cli_env, read_metrics, read_summary
 
 MINI = ("task=convpool", "scale=mini")
+MINI_TINY = ("task=tiny", "train.steps=5")
 # each DDP rank draws its own dropout masks and input noise: without them two ranks match one process
 NO_RANDOMNESS = ("task.model.dropout=0", "task.model.input_noise=0")
 TIMING = ("wall_s", "step_ms", "examples_per_s")  # the only fields two runs of one seed may differ in
@@ -275,3 +276,16 @@ def test_resources_the_cluster_lacks_are_refused_in_one_line(partition, tmp_path
     out = finish(proc := submit(partition, tmp_path, "refused", "hydra.launcher.mem_gb=100000"), 100)  # 100 TB
     assert proc.returncode == 2 and "error: sbatch refused the sweep's jobs (sbatch: error:" in out, out[-3000:]
     assert "Traceback" not in out and not list(tmp_path.rglob("summary.json"))
+
+
+def test_launcher_slurm_without_a_sweep_or_without_slurm_is_one_line(tmp_path):
+    import shutil as sh
+
+    proc = cli(*MINI_TINY, "launcher=slurm", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert "launcher=slurm submits a sweep" in proc.stderr and "-m" in proc.stderr
+    assert not (tmp_path / "run" / "summary.json").exists()  # nothing trained on the login node
+    if sh.which("sbatch") is None:  # no SLURM here: the sweep is one line too
+        proc = cli("-m", *MINI_TINY, "norm=layernorm,rmsnorm", "launcher=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+        assert "no SLURM here" in proc.stderr

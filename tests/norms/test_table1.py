@@ -119,3 +119,12 @@ def test_runs_as_a_module(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout == out.read_text()
     assert f"{CELLS}/{CELLS} cells match the paper" in run.stdout
+
+
+def test_an_out_that_cannot_be_written_is_one_line_after_the_table(tmp_path, capsys):
+    (tmp_path / "adir").mkdir()
+    assert t1.main(["--out", str(tmp_path / "adir")]) == 2
+    captured = capsys.readouterr()
+    assert "Table 1" in captured.out  # computed and shown all the same
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot write") and "--out" in err[0], err

@@ -319,3 +319,12 @@ def test_adam_is_torchs_fused_kernel_with_the_loops_update(name, decay):
 def test_cifar_paper_uses_eps_inside_adam_and_mini_keeps_torchs(compose):
     assert compose(["task=convpool", "scale=paper"]).optim.eps_inside is True
     assert compose(["task=convpool", "scale=mini"]).optim.eps_inside is False
+
+
+def test_a_finite_loss_blow_up_past_train_max_loss_is_diverged_not_completed(tmp_path, tiny_cfg):
+    # lr 1e9: the loss stays finite (~1e18) but is nonsense; before train.max_loss this was "completed"
+    summary = run(tiny_cfg("norm=none", "optim.lr=1e9"), tmp_path / "r")
+    assert summary["status"] == "diverged" and summary["steps"] < 40
+    assert read_metrics(tmp_path / "r")[-1]["loss"] > 1e6
+    summary = run(tiny_cfg("norm=none", "optim.lr=1e9", "train.max_loss=null"), tmp_path / "unbounded")
+    assert summary["status"] == "completed"  # null: only a NaN/inf loss diverges

@@ -152,3 +152,42 @@ def test_changes_sort_keys_by_what_they_do():
     assert diff.budget == ["train.steps: 10 -> 20"]
     assert diff.eval_only == ["task.decode.beam: 4 -> 12"] and diff.selection == ["train.select_metric: None -> 'loss'"]
     assert {line.split(":")[0] for line in diff.harmless} == {"device", "paths.cache_dir", "old_key", "new_key"}
+
+
+# The readers every part of the suite reads a run through -------------------------------------------
+def test_read_summary_is_strict_for_reports_and_lenient_for_a_resume(tmp_path):
+    path = tmp_path / "summary.json"
+    for damaged in (b'{"status": "comp', b"[1, 2]", b'{"final": 3}', b'{"record_version": "2"}', b'{"a": "\xff"}'):
+        path.write_bytes(damaged)
+        with pytest.raises(record.RecordError, match=re.escape(str(path))):
+            record.read_summary(path)
+        assert record.read_summary(path, strict=False) == {}
+    with pytest.raises(record.RecordError, match="cannot be read"):
+        record.read_summary(tmp_path / "absent.json")
+    assert record.read_summary(tmp_path / "absent.json", strict=False) == {}
+
+
+def test_a_string_record_version_is_not_read_as_newer(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text('{"record_version": "2"}')
+    with pytest.raises(record.RecordError, match="not a version number") as err:
+        record.read_summary(path)
+    assert "newer" not in str(err.value)
+
+
+def test_read_metrics_skips_a_line_cut_off_by_a_kill_and_names_a_bad_byte(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 2.0}\n[3]\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo')
+    assert [r["step"] for r in record.read_metrics(path)] == [1, 2]
+    path.write_bytes(b'{"step": 1}\n{"step": 2, "x": "\xff"}\n')
+    with pytest.raises(record.RecordError, match=r"metrics.jsonl: line 2 is not valid UTF-8 \(byte 0xff at column 19\)"):
+        record.read_metrics(path)
+    assert record.read_metrics(tmp_path / "none.jsonl") == []
+
+
+def test_read_config_names_the_line_of_bad_yaml(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("seed: 1\nnorm: [\n")
+    with pytest.raises(record.RecordError, match=r"config.yaml is not valid YAML at line \d; delete that run"):
+        record.read_config(path)
+    assert record.read_config(tmp_path / "none.yaml") == {}

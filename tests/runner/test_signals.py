@@ -2,6 +2,7 @@
 line each. (A signal inside a run or its evaluation: test_resume.py, test_record.py and test_train_cli.py.)"""
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -63,13 +64,35 @@ def test_a_stopped_joblib_sweep_checkpoints_every_running_job_within_seconds(tmp
     assert time.monotonic() - t0 < 20  # not the 60 s grace: the workers end with their jobs
     _, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive, [p.cmdline() for p in alive]
-    assert "running jobs checkpointed their runs" in proc.stdout.read()
+    assert "2 running job(s) checkpointed their runs" in proc.stdout.read()
     summaries = [json.loads(p.read_text()) for p in tmp_path.rglob("summary.json")]
     assert len(summaries) == 2 and all(s["status"] == "interrupted" for s in summaries)
     assert len(list(tmp_path.rglob("metrics.jsonl"))) == 2  # seeds 3 and 4 never started
     for run_dir in (p.parent for p in tmp_path.rglob("summary.json")):
         saved = checkpoint.load(run_dir / "checkpoints" / "last.pt")["step"]
         assert saved == json.loads((run_dir / "summary.json").read_text())["steps"]
+
+
+# Ctrl-C pressed again and again (or `timeout`, which signals its group again): a signal per press to the
+# sweep and each worker, at any spacing; each running job must still end with its summary and checkpoint
+@pytest.mark.slow
+@pytest.mark.parametrize("gap_s", [0.0, 0.02, 0.3])
+def test_repeated_sigints_on_a_joblib_sweep_lose_no_running_job(tmp_path, gap_s):
+    proc, workers = _joblib_sweep(tmp_path)
+    for _ in range(3):
+        for p in [psutil.Process(proc.pid), *workers]:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGINT)
+        time.sleep(gap_s)
+    assert proc.wait(timeout=90) == 128 + signal.SIGINT
+    out = proc.stdout.read()
+    run_dirs = [p.parent for p in tmp_path.rglob("metrics.jsonl")]
+    assert len(run_dirs) == 2
+    for run_dir in run_dirs:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "interrupted"
+        assert checkpoint.load(run_dir / "checkpoints" / "last.pt")["step"] == summary["steps"]
+    assert "2 running job(s) checkpointed their runs" in out, out
 
 
 @pytest.mark.slow
@@ -118,3 +141,19 @@ def test_a_job_stopped_on_its_own_ends_and_the_sweep_goes_on(tmp_path):
     assert code == 128 + signal.SIGTERM, proc.stderr.read()[-3000:]  # the stopped job decides the exit code
     statuses = sorted(json.loads(p.read_text())["status"] for p in tmp_path.rglob("summary.json"))
     assert statuses == ["completed", "completed", "interrupted"]
+
+
+def test_hydra_s_own_log_file_in_a_read_only_run_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    import logging
+
+    def read_only(self):
+        raise OSError(errno.EROFS, "Read-only file system", self.baseFilename)
+
+    monkeypatch.setattr(logging.FileHandler, "_open", read_only)  # Hydra opens train.log before the run starts
+    monkeypatch.setattr(sys, "argv", ["rmsnorm-train", SEARCHPATH, "task=tiny", f"hydra.run.dir={tmp_path / 'run'}"])
+    GlobalHydra.instance().clear()
+    with pytest.raises(SystemExit) as e:
+        train.main()
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot write") and "train.log" in err[0], err

@@ -296,3 +296,10 @@ def test_a_dev_split_is_held_out_from_the_end_of_train(tmp_path):
     assert plain.dev is None and plain.train == (en, de) and plain.info["selection"].startswith("valid")
     with pytest.raises(ValueError, match="data.dev_pairs=30 would hold out all 30 training pairs; choose fewer than 30"):
         load_corpus(run_cfg(tmp_path, {**data, "dev_pairs": 30}))
+
+
+def test_a_split_both_plain_and_gzipped_is_refused_naming_both(tmp_path):
+    write_split(tmp_path, "x", "en", ["plain"], gz=False)
+    write_split(tmp_path, "x", "en", ["gz"], gz=True)  # which one is the data? never guessed silently
+    with pytest.raises(ValueError, match=r"both .*x\.en and x\.en\.gz.*keep one"):
+        read_lines(tmp_path, "x", "en")

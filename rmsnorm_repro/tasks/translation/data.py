@@ -100,9 +100,11 @@ def _has_text(pair: Pair) -> bool:
 
 def _find(root: str | os.PathLike, split: str, lang: str) -> Path:
     base = Path(os.path.expanduser(str(root))) / f"{split}.{lang}"
-    for path in (base, base.with_name(base.name + ".gz")):
-        if path.exists():
-            return path
+    found = [path for path in (base, base.with_name(base.name + ".gz")) if path.exists()]
+    if len(found) == 2:  # two copies of a split that may differ: which is the data is not guessed
+        raise ValueError(f"both {base} and {found[1].name} exist in {base.parent}: keep one of them")
+    if found:
+        return found[0]
     raise FileNotFoundError(f"missing {base}[.gz]: check data.root, data.src/data.tgt and the split names")
 
 

@@ -1,0 +1,28 @@
+"""A single run refused before Hydra touches a folder another process trains in.
+
+Hydra writes .hydra/ (the command's overrides) and opens train.log in the run folder before the run
+takes its lock (runner/setup.RunDirLock), so a refused second process would still rewrite the first
+run's record of its command. This callback (configs/train.yaml, hydra.callbacks) asks first.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from ..record import busy, lock_holder
+
+
+class RefuseBusyRunDir(Callback):
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if int(os.environ.get("RANK", "0")) > 0:  # torchrun's other ranks share rank 0's folder and lock
+            return
+        run_dir = Path(config.hydra.run.dir)
+        holder = lock_holder(run_dir)
+        if holder is not None:
+            print(f"error: {busy(run_dir, holder)}", file=sys.stderr, flush=True)
+            sys.exit(2)

@@ -1,0 +1,20 @@
+"""A second process on a folder another process trains in is refused before Hydra writes into it."""
+from __future__ import annotations
+
+import fcntl
+
+from runner_fixtures.helpers import cli
+
+
+def test_a_refused_second_process_leaves_the_first_runs_hydra_files_alone(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    first = "- task=tiny\n- seed=1\n"
+    (run_dir / ".hydra" / "overrides.yaml").write_text(first)
+    with open(run_dir / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first run, training
+        proc = cli("task=tiny", "seed=2", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert "another process" in proc.stderr and "is running in" in proc.stderr
+    assert (run_dir / ".hydra" / "overrides.yaml").read_text() == first
+    assert not (run_dir / "train.log").exists()
