@@ -24,8 +24,9 @@ LAYERS = [
     ["tasks"],                                   # data, models, metrics of the paper's tasks
     ["runner", "report"],                        # trains one run / reads run folders: neither imports the other
     ["cli_errors"],                              # the command line's errors as one line each
-    ["train", "bench", "launchers"],             # the command line; speed tables; Hydra launchers and the sweep
-                                                 # callback (its compare page)
+    ["bench", "launchers"],                      # speed tables; Hydra launchers and the sweep callback (its
+                                                 # compare page)
+    ["train"],                                   # the command line (a failed sweep's end table: launchers)
     ["campaigns"],                               # train sweeps, then report: make demo, make small
 ]
 
