@@ -109,9 +109,12 @@ def _acc(dtype: torch.dtype):
     return (torch.float64, tl.float64) if dtype == torch.float64 else (torch.float32, tl.float32)
 
 
+@lru_cache(maxsize=None)
 def _block(d: int) -> tuple[int, int]:
-    block = triton.next_power_of_2(d)
-    return block, min(max(block // 256, 1), 16)  # BLOCK, num_warps
+    """(BLOCK, num_warps) for rows of d features; cached: triton.next_power_of_2 is a constexpr function
+    whose call costs microseconds of host time."""
+    block = 1 << max(d - 1, 0).bit_length()
+    return block, min(max(block // 256, 1), 16)
 
 
 @lru_cache(maxsize=None)
@@ -166,7 +169,7 @@ class _RMSNormFunction(torch.autograd.Function):
         need_dw = weight is not None and ctx.needs_input_grad[1]
         need_db = ctx.bias_dtype is not None and ctx.needs_input_grad[2]
         programs = max(1, min(n, _backward_programs(x2.device)))
-        rows = triton.cdiv(n, programs) if n else 1
+        rows = -(-n // programs) if n else 1  # ceil(n / programs)
         dx = torch.empty_like(x2)
         sums = int(need_dw) + int(need_db)
         partial = torch.empty((programs, sums, d), dtype=acc_torch, device=x2.device) if sums else None
