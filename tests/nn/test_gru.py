@@ -189,3 +189,29 @@ def test_uniform_init_as_order_embedding():
     torch.testing.assert_close(block @ block.T, torch.eye(40), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="uniform"):
         nematus_matrix(3, 4, dist="xavier")
+
+
+@pytest.mark.parametrize("impl", ["reference", "auto"])
+def test_float16_autocast_with_grad_scaler_trains_from_a_zero_state(impl):
+    """h0 = 0 makes U h0 an all-zero row for every norm on the state side (and, going backwards, for each
+    padded sequence's first token): its gradient g dy / eps must not be inf in float16, or GradScaler
+    skips every step and shrinks its scale (formulas.saturate_zero_rows). Gradients as in float64."""
+    torch.manual_seed(0)
+    gru = NormGRU(I, H, build_normalization("rmsnorm", {"impl": impl}), bidirectional=True)
+    reference = NormGRU(I, H, build_normalization("rmsnorm", {"impl": "reference"}), bidirectional=True).double()
+    reference.load_state_dict(gru.state_dict())
+    x, mask = torch.randn(3, 4, I), torch.ones(3, 4, dtype=torch.bool)
+    mask[1, 2:] = False
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0)  # a scale these gradients fit: the 65536 default overflows W's
+    optimizer = torch.optim.SGD(gru.parameters(), lr=1e-3)
+    with torch.autocast("cpu", dtype=torch.float16):
+        out, _ = gru(x, mask)
+    scaler.scale(out.float().pow(2).mean()).backward()
+    scaler.unscale_(optimizer)
+    grads = {n: p.grad.clone() for n, p in gru.named_parameters()}
+    scaler.step(optimizer)
+    scaler.update()
+    assert scaler.get_scale() == 256.0  # the step was taken, the scale kept (an inf halves it)
+    reference(x.double(), mask)[0].pow(2).mean().backward()
+    for name, p in reference.named_parameters():
+        torch.testing.assert_close(grads[name].double(), p.grad, rtol=3e-2, atol=3e-2 * p.grad.abs().max().item())

@@ -26,6 +26,7 @@ except ImportError:  # the CPU-only install; available() says False
     triton = None
 
 MAX_DIM = 65536  # one row must fit one program's block
+FLOAT16_MAX = formulas.FLOAT16_MAX
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -71,7 +72,7 @@ if triton is not None:
 
     @triton.jit
     def _rmsnorm_backward(DY, X, W, STATS, DX, PARTIAL, N, D, K, ROWS, HAS_W: tl.constexpr, HAS_DW: tl.constexpr,
-                  HAS_DB: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
+                  HAS_DB: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr, SATURATE: tl.constexpr):
         pid = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < D
@@ -92,6 +93,9 @@ if triton is not None:
             dyx = dy * x
             total = tl.sum(w * dyx, axis=0)
             dx = s * w * dy - tl.where(head, c * total * x, 0.0)
+            if SATURATE:  # float16 dx: an all-zero row's gradient clamped, not inf (formulas.saturate_zero_rows)
+                zero_row = tl.max(tl.where(head, tl.abs(x), 0.0), axis=0) == 0
+                dx = tl.where(zero_row, tl.minimum(tl.maximum(dx, -FLOAT16_MAX), FLOAT16_MAX), dx)
             tl.store(DX + offset + cols, dx.to(DX.dtype.element_ty), mask=mask)
             if HAS_DW:
                 dw += dyx * s
@@ -176,7 +180,8 @@ class _RMSNormFunction(torch.autograd.Function):
         block, warps = _block(d)
         if n > 0:
             _rmsnorm_backward[(programs,)](dy2, x2, weight, stats, dx, partial, n, d, ctx.k, rows, HAS_W=weight is not None, HAS_DW=need_dw,
-                                           HAS_DB=need_db, BLOCK=block, ACC=acc_tl, num_warps=warps)
+                                           HAS_DB=need_db, BLOCK=block, ACC=acc_tl,
+                                           SATURATE=x2.dtype == torch.float16, num_warps=warps)
         dw = db = None
         if sums:
             param_dtype = weight.dtype if need_dw else ctx.bias_dtype

@@ -65,7 +65,18 @@ INTERPRETED = textwrap.dedent("""
                            for a, r in zip(got, want) if r.numel()])
         rows.append({"case": f"{shape} p={p} inside={eps_inside} affine={affine} {dtype}/{pdtype}",
                      "err": err, "ok": err <= TOL[dtype] and same_dtypes and len(got) == len(want)})
-    print(json.dumps(rows))
+    # float16 at the recipes' eps 1e-8 outside the root: a zero row's gradient saturates as the reference's does
+    x = torch.randn(6, 40, dtype=torch.float64).half()
+    x[3] = 0.0
+    w, dy = torch.rand(40) + 0.5, (torch.randn(6, 40) * 256).half()
+    grads = []
+    for run in (T.rms_norm, formulas.rms_norm):
+        xi = x.clone().requires_grad_()
+        grads.append(torch.autograd.grad(run(xi, w, None, 40, 1e-8, False), xi, dy)[0])
+    saturated = bool(grads[0].isfinite().all() and torch.equal(grads[0][3], grads[1][3])
+                     and (grads[0][3].abs() == formulas.FLOAT16_MAX).all()
+                     and torch.allclose(grads[0].float(), grads[1].float(), rtol=2e-3, atol=1e-2))
+    print(json.dumps({"rows": rows, "saturated": saturated}))
 """)
 
 
@@ -75,8 +86,10 @@ def test_kernels_equal_the_float64_reference_under_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    rows = result["rows"]
     assert len(rows) == 10 and all(r["ok"] for r in rows), rows
+    assert result["saturated"]  # float16: a zero row's gradient clamped like formulas.saturate_zero_rows
 
 
 # Host work per call ------------------------------------------------------------------------------------
