@@ -11,6 +11,7 @@ result, not an error: exit code 0, so a sweep goes on. SIGINT/SIGTERM checkpoint
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -25,11 +26,14 @@ from hydra.types import RunMode
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
+import torch
 
 from . import record
 from .paths import configs_dir
 from .runner import ConfigError, run
+from .runner import gpus
 from .runner.config import scrub_yaml_file
+from .runner.distributed import requested_world
 from .runner.signals import forward_to_workers, in_sweep_worker, park_if_sweep_stops
 
 
@@ -67,9 +71,11 @@ def _job(cfg: DictConfig) -> None:
             scrub_yaml_file(run_dir / hydra_cfg.output_subdir / name)
     if hydra_cfg.mode == RunMode.MULTIRUN:
         scrub_yaml_file(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
+        gpus.restore_visible()
     try:
-        summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"),
-                      overrides=list(hydra_cfg.overrides.task))
+        with job_gpu(cfg, hydra_cfg):
+            summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"),
+                          overrides=list(hydra_cfg.overrides.task))
     except (ConfigError, OmegaConfBaseException, OSError) as e:  # bad input, an unresolved interpolation, a disk
         if os.environ.get("RMSNORM_FULL_ERROR") == "1" or isinstance(e, OSError) and e.errno not in DISK_ERRORS:
             raise
@@ -84,6 +90,14 @@ def _job(cfg: DictConfig) -> None:
             # stopped on its own: the sweep's other jobs go on (an Exception, not an exit)
             raise RunInterrupted(code, f"{run_dir} was interrupted by {summary['interrupted_by']}")
         raise SystemExit(code)
+
+
+def job_gpu(cfg: DictConfig, hydra_cfg):
+    """A local sweep's job holds a GPU of its own while it runs (runner/gpus.py); other runs choose nothing."""
+    if hydra_cfg.mode != RunMode.MULTIRUN or not in_sweep_worker():
+        return contextlib.nullcontext()
+    return gpus.one_per_job(Path(hydra_cfg.sweep.dir), torch.device(record.resolved_device(cfg.device)),
+                            requested_world().distributed)
 
 
 # a full disk, a read-only or forbidden folder: the user's to fix, one line each
@@ -166,7 +180,8 @@ def _missing_task_scale(line: str) -> str | None:
 def main() -> None:
     # the variables _main sets for this process and its job processes; restored after, so an
     # in-process caller (the tests, a notebook) keeps its own
-    saved = {name: os.environ.get(name) for name in ("HYDRA_FULL_ERROR", "RMSNORM_FULL_ERROR", record.SWEPT_ENV)}
+    saved = {name: os.environ.get(name) for name in ("HYDRA_FULL_ERROR", "RMSNORM_FULL_ERROR", record.SWEPT_ENV,
+                                                     gpus.SWEEP_GPUS_ENV)}
     try:
         _main()
     finally:
@@ -188,6 +203,7 @@ def _main() -> None:
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
     if {"-m", "--multirun"} & set(sys.argv):
         forward_to_workers()  # a stopped sweep stops its worker processes too
+        gpus.remember_visible()  # local_parallel's jobs get it back (runner/gpus.py)
         # what the sweep varies names its job folders (record.job_dirname), in every job process
         try:
             os.environ[record.SWEPT_ENV] = ",".join(record.command_line_sweeps(sys.argv[1:]))
