@@ -120,6 +120,12 @@ def module_checks(device: str = "cuda") -> list[dict]:
     expected = fused.kernel("auto", device, x.dtype, x.dtype, 64, 64, False, False)[0]
     rows.append({"check": "RMSNorm(64) on the device chooses", "value": norm.kernel_name,
                  "ok": bool(norm.kernel_name == expected and torch.allclose(y, formulas.rms_norm(x, norm.weight, None, 64, 1e-8, False), rtol=1e-5, atol=1e-5))})
+    inside = RMSNorm(64, eps_inside=True).to(device)  # the recipes' placement: torch's own rms_norm on CUDA
+    y = inside(x)
+    expected = fused.kernel("auto", device, x.dtype, x.dtype, 64, 64, True, False)[0]
+    rows.append({"check": "RMSNorm(64, eps_inside=True) on the device chooses", "value": inside.kernel_name,
+                 "ok": bool(inside.kernel_name == expected and (device != "cuda" or expected == "torch")
+                            and torch.allclose(y, formulas.rms_norm(x, inside.weight, None, 64, 1e-8, True), rtol=1e-5, atol=1e-5))})
     if device == "cuda":  # CPU autocast is covered by tests/test_fused.py
         with torch.autocast("cuda", dtype=torch.bfloat16):
             h = torch.nn.functional.linear(x, torch.eye(64, device=device))
@@ -134,13 +140,15 @@ def module_checks(device: str = "cuda") -> list[dict]:
 def implementations(d: int, device: str, dtype: torch.dtype) -> dict[str, Callable]:
     """name -> f(x, w, b); Liger's and apex's where they import."""
     eps = 1e-6
-    rms = RMSNorm(d).to(device=device, dtype=dtype)
+    rms = RMSNorm(d).to(device=device, dtype=dtype)  # eps outside the root (the authors' PyTorch file): Triton
+    rms_inside = RMSNorm(d, eps=eps, eps_inside=True).to(device=device, dtype=dtype)  # the recipes': torch's rms_norm
     prms = RMSNorm(d, p=0.0625).to(device=device, dtype=dtype)
     out = {
         "torch layer_norm": lambda x, w, b: F.layer_norm(x, (d,), w, b, 1e-5),
         "torch rms_norm": lambda x, w, b: F.rms_norm(x, (d,), w, eps),
         "suite Triton kernel": lambda x, w, b: triton_rmsnorm.rms_norm(x, w, None, d, eps, True),
         "suite RMSNorm module": lambda x, w, b: rms(x),
+        "suite RMSNorm module, eps inside": lambda x, w, b: rms_inside(x),
         "suite pRMSNorm module 6.25%": lambda x, w, b: prms(x),
     }
     try:

@@ -96,7 +96,8 @@ def test_gpu_check_tiny_runs_every_part_on_cpu(ext, tmp_path):
     assert {(r["dtype"], r["params"]) for r in data["exact"]} == {
         ("float32", "float32"), ("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float16", "float16"), ("float16", "float32")}
     assert {r["impl"] for r in data["kernels"]} >= {"x * 2 (floor)", "torch layer_norm", "torch rms_norm", "suite Triton kernel",
-                                                   "suite RMSNorm module", "suite pRMSNorm module 6.25%"}
+                                                   "suite RMSNorm module", "suite RMSNorm module, eps inside",
+                                                   "suite pRMSNorm module 6.25%"}
     assert all(r["host_us"] > 0 and r["kernels"] >= 1 for r in data["kernels"])
     from rmsnorm_repro.bench.steps import available_tasks
 

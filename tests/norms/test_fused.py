@@ -665,7 +665,7 @@ def mocked_cuda(monkeypatch):
     fused.clear_caches()
 
 
-F32, BF16, F64 = torch.float32, torch.bfloat16, torch.float64
+F32, BF16, F16, F64 = torch.float32, torch.bfloat16, torch.float16, torch.float64
 CUDA_CHOICES = [  # impl, x dtype, parameter dtype, dim, k, eps inside, bias -> what runs
     ("auto", F32, F32, 512, 512, True, False, "torch"),        # torch.nn.RMSNorm's formula
     ("auto", BF16, BF16, 2048, 2048, True, False, "torch"),
@@ -673,6 +673,8 @@ CUDA_CHOICES = [  # impl, x dtype, parameter dtype, dim, k, eps inside, bias -> 
     ("auto", F32, F32, 1024, 1024, False, False, "triton"),    # the authors' x / (RMS + eps): not torch's formula
     ("auto", F32, F32, 1024, 64, True, False, "triton"),       # pRMSNorm: torch has no partial statistic
     ("auto", F32, F32, 1024, 1024, True, True, "triton"),      # a bias: one kernel, not two
+    ("auto", F16, F16, 1024, 1024, True, False, "triton"),     # float16: a zero row's gradient kept finite
+    ("auto", F16, F32, 1024, 1024, True, False, "triton"),
     ("fused", F32, F32, 512, 512, True, False, "triton"),      # fused: the suite's own kernel
     ("reference", F32, F32, 512, 512, True, False, "reference"),
     ("auto", F32, F64, 512, 512, True, False, "reference"),    # torch's promotion: the formulas

@@ -9,12 +9,14 @@ is the reference's, exactly.
                     computes the same formula (`torch_computes`), else the suite's kernel, else reference
 
 torch's F.rms_norm (aten _fused_rms_norm on CUDA) computes x * rsqrt(mean(x^2) + eps) * g: RMSNorm
-with eps inside the root (norm.eps_inside=true), p = 1, no bias. The authors' PyTorch placement
-x / (RMS + eps), the default of the recipes, is another function of x (relative difference about
-eps / RMS per row: unbounded near a zero row, where torch's gradient with eps -> 0 is NaN), so it keeps
-the suite's exact kernel, as do pRMSNorm (p < 1: torch has no partial statistic) and a bias.
+with eps inside the root (norm.eps_inside=true, every paper recipe's), p = 1, no bias. The authors'
+PyTorch placement x / (RMS + eps) (norm.eps_inside=false, the norm's default) is another function of x
+(relative difference about eps / RMS per row, unbounded near a zero row), so it keeps the suite's exact
+kernel, as do pRMSNorm (p < 1: torch has no partial statistic), a bias, and float16 activations (the
+suite's kernel keeps a zero row's gradient finite there: formulas.saturate_zero_rows).
 
-The implementation is chosen once per (impl, device type, dtype), by `kernel()`, and a module keeps
+The implementation is chosen once per (impl, device type, dtype, parameter dtype, the norm's form), by
+`kernel()`, and a module keeps
 the function it got (RMSNorm chooses again only when it sees another dtype or is moved): a call
 runs no selection logic. Inside torch.compile (`traced`), impl=auto|fused on CPU is the same C++
 kernel as two opaque custom ops with an autograd formula (ops.py; Inductor's code for the formulas
@@ -111,6 +113,7 @@ def kernel(impl: str, device_type: str, dtype: torch.dtype, param_dtype: torch.d
     name = resolve(impl, device_type)
     fn: Kernel
     if (device_type == "cuda" and impl == "auto" and torch_computes(dim, k, eps_inside, has_bias)
+            and dtype != torch.float16
             and (param_dtype == dtype or (_params_fit(dtype, param_dtype) and name == "triton"))):
         name, fn = "torch", (_torch_rms_norm if param_dtype == dtype else _torch_rms_norm_under_autocast)
     elif name == "fused-cpu" and dtype in _CPU_DTYPES and _params_fit(dtype, param_dtype):
