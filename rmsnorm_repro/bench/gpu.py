@@ -280,17 +280,23 @@ def _profiled_step(run, step: int, device: str) -> tuple[float, float | None]:
 
 
 def step_table(device: str = "cuda", tasks=None, norms=STEP_NORMS, steps: int = 5, rounds: int = 3,
-               batch_fraction: float = 1.0, overrides: list[str] = (), precisions=STEP_PRECISIONS, log=print) -> list[dict]:
-    """Per precision x task x norm: the median ms per training step (norms taking turns, step by step,
+               batch_fraction: float = 1.0, overrides: list[str] = (), precisions=STEP_PRECISIONS, log=print,
+               budget_s: float | None = None, skipped: list[str] | None = None) -> list[dict]:
+    """Per task x precision x norm: the median ms per training step (norms taking turns, step by step,
     on the same batches, after 2 warm-up steps each), its ratio to LayerNorm beside the paper's, kernels
-    and GPU busy fraction of a profiled step. fp32 runs with TF32 (train.tf32's default)."""
+    and GPU busy fraction of a profiled step. fp32 runs with TF32 (train.tf32's default). Past `budget_s`
+    no further task x precision starts; those left out are appended to `skipped`."""
     from ..runner import precision as precision_
     from .steps import StepRun, available_tasks, paper_ratios
 
     precision_.apply_tf32(True, torch.device(device))
-    rows = []
-    for precision in precisions:
-        for task in tasks or available_tasks():
+    rows, start = [], time.perf_counter()
+    for task in tasks or available_tasks():
+        for precision in precisions:
+            if budget_s is not None and time.perf_counter() - start > budget_s:
+                if skipped is not None:
+                    skipped.append(f"{task} {precision}")
+                continue
             runs = {norm: StepRun(task, norm, batch_fraction, device, precision, overrides) for norm in norms}
             times: dict[str, list[float]] = {norm: [] for norm in norms}
             for s in range(2):
@@ -386,9 +392,12 @@ def run_all(device: str = "cuda", out: str | Path = "results/speed", kernel_kwar
     """All three parts; returns (the markdown file written, whether every exactness check passed)."""
     start, errors = time.perf_counter(), {}
     results: dict[str, list] = {"exact": [], "checks": [], "kernels": [], "steps": []}
+    skipped: list[str] = []
     parts = [("exact", lambda: exactness(device)), ("checks", lambda: module_checks(device)),
              ("kernels", lambda: kernel_table(device, **(kernel_kwargs or {}))),
-             ("steps", lambda: step_table(device, log=log, **(step_kwargs or {})))]
+             ("steps", lambda: step_table(device, log=log, skipped=skipped,
+                                          budget_s=max(deadline_s - (time.perf_counter() - start), 0.0),
+                                          **(step_kwargs or {})))]
     for name, part in parts:
         if time.perf_counter() - start > deadline_s:
             errors[name] = f"skipped: the check had run {deadline_s} s"
@@ -399,6 +408,8 @@ def run_all(device: str = "cuda", out: str | Path = "results/speed", kernel_kwar
         except Exception as e:  # noqa: BLE001 (report it and go on with the other parts)
             errors[name] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
             traceback.print_exc()
+    if skipped:
+        errors["steps"] = f"skipped {', '.join(skipped)}: the check had run {deadline_s} s"
     exact_ok = bool(results["exact"]) and all(r["ok"] for r in results["exact"] + results["checks"])
     label = device_label(device)
     slug = "".join(c if c.isalnum() else "-" for c in label.lower()).strip("-")[:40]
