@@ -134,9 +134,11 @@ class _RMSNormFunction(torch.autograd.Function):
     """Per call: forward allocates y and one (2, n) buffer of statistics (scale, correction
     coefficient) and saves x, gain and that buffer; backward allocates dx and one buffer of per-program
     partial sums (dgain and dbias side by side), and adds the partials in one torch sum. Every buffer is
-    `empty`: each program writes all of its part. dx gets a fresh buffer, not dy's: a Python
-    Function cannot tell whether another branch of the graph holds the same gradient tensor (the
-    CPU kernel can: rmsnorm_cpu.cpp owns_dense_buffer)."""
+    `empty`: each program writes all of its part. dx gets a buffer of its own, not dy's as in Liger-Kernel:
+    whether anything else holds dy (a hook, another branch, the caller) shows only in torch-internal use
+    counts, which from a Python Function differed between two graphs handing over equally fresh
+    gradients; overwriting a gradient someone keeps would be silently wrong (the CPU kernel checks
+    them in C++: rmsnorm_cpu.cpp owns_dense_buffer)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, k, eps, eps_inside):

@@ -92,6 +92,46 @@ def test_kernels_equal_the_float64_reference_under_the_interpreter():
     assert result["saturated"]  # float16: a zero row's gradient clamped like formulas.saturate_zero_rows
 
 
+SHARED_GRADIENTS = textwrap.dedent("""
+    import json, torch
+    from rmsnorm_repro.norms import formulas
+    from rmsnorm_repro.norms.fused import triton_rmsnorm as T
+    g = torch.Generator().manual_seed(0)
+    x, c, e0 = (torch.randn(6, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    w = (torch.rand(16, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
+    dy = torch.randn(6, 16, generator=g, dtype=torch.float64)
+    dy_before, results = dy.clone(), {}
+    for name, norm in (("triton", T.rms_norm), ("reference", formulas.rms_norm)):
+        xi, e = x.clone().requires_grad_(), e0.clone().requires_grad_()
+        w.grad = None
+        y = norm(xi, w, None, 16, 1e-5, False)
+        kept = []
+        grads = list(torch.autograd.grad(y, (xi, w), dy, retain_graph=True))  # the caller's dy
+        grads += torch.autograd.grad((y * c).sum(), (xi, w), retain_graph=True)  # a fresh gradient
+        ((y + e) * c).sum().backward(retain_graph=True)  # one gradient for y and for the leaf e
+        grads += [xi.grad, w.grad, e.grad]
+        xi.grad = w.grad = None
+        handle = y.register_hook(lambda grad: kept.append(grad))  # a hook keeps y's gradient
+        (y * c).sum().backward()
+        handle.remove()
+        grads += [xi.grad, kept[0]]
+        results[name] = grads
+    err = max((a - r).abs().max().item() for a, r in zip(results["triton"], results["reference"]))
+    print(json.dumps({"err": err, "dy_intact": torch.equal(dy, dy_before)}))
+""")
+
+
+def test_backward_leaves_every_gradient_it_is_given_intact():
+    """The caller's dy, a fresh gradient, one shared with a leaf's branch and one a hook keeps: none is
+    overwritten (dx has a buffer of its own), and every gradient equals the reference's."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", SHARED_GRADIENTS], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["dy_intact"], result
+    assert result["err"] < 1e-12, result
+
+
 # Host work per call ------------------------------------------------------------------------------------
 class _Launches:
     """Stands in for a @triton.jit kernel: `kernel[grid](...)` counts and launches nothing."""
