@@ -91,3 +91,23 @@ def test_a_sweep_job_of_the_train_entry_takes_its_gpu(tmp_path, four_gpus, monke
     monkeypatch.setattr(train, "in_sweep_worker", lambda: False)  # a single run, or a SLURM job: nothing chosen
     with train.job_gpu(OmegaConf.create({"device": "cuda"}), hydra_cfg) as index:
         assert index is None
+
+
+def test_the_run_records_the_gpu_it_trained_on(monkeypatch):
+    """A sweep's job on GPU 2 of a machine (torch's current device, set by one_per_job): env.device says
+    cuda:2, whatever `device` said (auto, cuda)."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from rmsnorm_repro.runner.setup import environment
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "a mocked GPU")
+    run = SimpleNamespace(device=CUDA, cfg=OmegaConf.create({"train": {"compile": False}}),
+                          plan=SimpleNamespace(norms=SimpleNamespace(describe=lambda: {"impl": "auto"}), precision="fp32"),
+                          world=SimpleNamespace(world_size=1))
+    env = environment(run)
+    assert env["device"] == "cuda:2" and env["device_name"] == "a mocked GPU" and "tf32" in env
+    run.device = torch.device("cuda", 1)  # device=cuda:1 as given
+    assert environment(run)["device"] == "cuda:1"
