@@ -181,9 +181,9 @@ class _RMSNormFunction(torch.autograd.Function):
         partial = torch.empty((programs, sums, d), dtype=acc_torch, device=x2.device) if sums else None
         block, warps = _block(d)
         if n > 0:
-            _rmsnorm_backward[(programs,)](dy2, x2, weight, stats, dx, partial, n, d, ctx.k, rows, HAS_W=weight is not None, HAS_DW=need_dw,
-                                           HAS_DB=need_db, BLOCK=block, ACC=acc_tl,
-                                           SATURATE=x2.dtype == torch.float16, num_warps=warps)
+            _rmsnorm_backward[(programs,)](dy2, x2, weight, stats, dx, partial, n, d, ctx.k, rows,
+                                           HAS_W=weight is not None, HAS_DW=need_dw, HAS_DB=need_db, BLOCK=block,
+                                           ACC=acc_tl, SATURATE=x2.dtype == torch.float16, num_warps=warps)
         dw = db = None
         if sums:
             param_dtype = weight.dtype if need_dw else ctx.bias_dtype
