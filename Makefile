@@ -6,7 +6,7 @@ SCALE ?= mini
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test test-fast demo table1 speed speed-gpu speed-floor notebook data-wmt14 data-cifar10 data-multi30k
+.PHONY: install test test-fast demo table1 speed speed-gpu gpu-check speed-floor notebook data-wmt14 data-cifar10 data-multi30k
 
 install: $(VENV)/.installed
 
@@ -97,9 +97,10 @@ speed: install
 	OMP_NUM_THREADS=2 $(PY) -m rmsnorm_repro.bench --kernels --allocator tuned --threads 2
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.bench --steps --allocator tuned
 
-# The one-shot GPU check (one GPU, under 5 minutes): Triton exactness in fp32/bf16/fp16, kernel table
-# against torch and Liger/apex where installed, per-step Transformer and RNNSearch -> results/speed/gpu-*.md.
-speed-gpu: install
+# The one-shot GPU check (one GPU, about 8 minutes): Triton exactness in fp32/bf16/fp16, per call the norms'
+# wall, host and device time and kernels against torch and Liger/apex where installed, per step every task x
+# norm in fp32 (TF32) and bf16 with kernels and GPU busy -> results/speed/gpu-<device>.md|json (docs/performance.md).
+gpu-check speed-gpu: install
 	$(PY) -m rmsnorm_repro.bench --gpu
 
 # Each part of the small recipes' training step (GRU layer, conditional GRU decoder, Transformer blocks, whole

@@ -11,6 +11,7 @@ result, not an error: exit code 0, so a sweep goes on. SIGINT/SIGTERM checkpoint
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -22,6 +23,7 @@ from hydra.types import RunMode
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
+import torch
 
 from . import record
 from .cli_errors import DISK_ERRORS, disk_error_line, launcher_unusable, one_line, slurm_error
@@ -29,7 +31,8 @@ from .errors import ConfigError
 from .launchers.sweep import end_unended
 from .paths import configs_dir
 from .redact import scrub_yaml_file
-from .runner import run
+from .runner import gpus, run
+from .runner.distributed import requested_world
 from .runner.signals import forward_to_workers, in_sweep_worker, park_if_sweep_stops
 
 
@@ -67,9 +70,11 @@ def _job(cfg: DictConfig) -> None:
             scrub_yaml_file(run_dir / hydra_cfg.output_subdir / name)
     if hydra_cfg.mode == RunMode.MULTIRUN:
         scrub_yaml_file(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
+        gpus.restore_visible()
     try:
-        summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"),
-                      overrides=list(hydra_cfg.overrides.task))
+        with job_gpu(cfg, hydra_cfg):
+            summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"),
+                          overrides=list(hydra_cfg.overrides.task))
     except (ConfigError, OmegaConfBaseException, OSError) as e:  # bad input, an unresolved interpolation, a disk
         if os.environ.get("RMSNORM_FULL_ERROR") == "1" or isinstance(e, OSError) and e.errno not in DISK_ERRORS:
             raise
@@ -86,10 +91,19 @@ def _job(cfg: DictConfig) -> None:
         raise SystemExit(code)
 
 
+def job_gpu(cfg: DictConfig, hydra_cfg):
+    """A local sweep's job holds a GPU of its own while it runs (runner/gpus.py); other runs choose nothing."""
+    if hydra_cfg.mode != RunMode.MULTIRUN or not in_sweep_worker():
+        return contextlib.nullcontext()
+    return gpus.one_per_job(Path(hydra_cfg.sweep.dir), torch.device(record.resolved_device(cfg.device)),
+                            requested_world().distributed)
+
+
 def main() -> None:
     # the variables _main sets for this process and its job processes; restored after, so an
     # in-process caller (the tests, a notebook) keeps its own
-    saved = {name: os.environ.get(name) for name in ("HYDRA_FULL_ERROR", "RMSNORM_FULL_ERROR", record.SWEPT_ENV)}
+    saved = {name: os.environ.get(name) for name in ("HYDRA_FULL_ERROR", "RMSNORM_FULL_ERROR", record.SWEPT_ENV,
+                                                     gpus.SWEEP_GPUS_ENV)}
     try:
         _main()
     finally:
@@ -115,6 +129,7 @@ def _main() -> None:
         sys.exit(2)
     if {"-m", "--multirun"} & set(sys.argv):
         forward_to_workers()  # a stopped sweep stops its worker processes too
+        gpus.remember_visible()  # local_parallel's jobs get it back (runner/gpus.py)
         # what the sweep varies names its job folders (record.job_dirname), in every job process
         try:
             os.environ[record.SWEPT_ENV] = ",".join(record.command_line_sweeps(sys.argv[1:]))

@@ -44,14 +44,47 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
+FLOAT16_MAX = torch.finfo(torch.float16).max
+
+
+def saturate_zero_rows(dx: Tensor, zero_rows: Tensor) -> Tensor:
+    """dx with the rows whose statistic was all zero clamped to float16's finite range.
+
+    A zero row's input gradient is g * dy / eps (1e8 dy at the recipes' eps 1e-8 outside the root; 1e4 dy
+    inside): inf in float16 once GradScaler has scaled dy, and inf * 0 = NaN in the gradient of the
+    matrix whose zero input made the row (U h0 with h0 = 0 in a GRU), so every step would be skipped.
+    That gradient is multiplied by the zero input, so any finite value gives the exact one; the
+    largest finite float16 keeps its sign. Rows with any nonzero feature are left alone (an overflow
+    there is GradScaler's to see)."""
+    return torch.where(zero_rows, dx.clamp(-FLOAT16_MAX, FLOAT16_MAX), dx)
+
+
+class _Float16ToFloat32(torch.autograd.Function):
+    """x.float() for float16 x whose gradient comes back through `saturate_zero_rows`."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, k: int) -> Tensor:
+        ctx.save_for_backward((x[..., :k] == 0).all(-1, keepdim=True))
+        return x.float()
+
+    @staticmethod
+    def backward(ctx, dx: Tensor):
+        (zero_rows,) = ctx.saved_tensors
+        return saturate_zero_rows(dx, zero_rows).half(), None
+
+
 def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float, eps_inside: bool) -> Tensor:
     """RMSNorm (k = dim) or pRMSNorm (k < dim): x / RMS(x[..., :k]) * g (+ b), op by op.
 
     eps_inside=False divides by (RMS + eps) like the authors' PyTorch file; eps_inside=True
     multiplies by rsqrt(mean(x^2) + eps) like their TensorFlow file and torch.nn.RMSNorm.
+    float16 x: an all-zero row's input gradient is saturated, not inf (`saturate_zero_rows`).
     """
     low, out_dtype = x.dtype in LOW_PRECISION, x.dtype
-    x = x.float() if low else x
+    if x.dtype == torch.float16 and x.requires_grad:
+        x = _Float16ToFloat32.apply(x, k)
+    elif low:
+        x = x.float()
     head = x if k == x.shape[-1] else x[..., :k]
     mean_square = head.pow(2).mean(-1, keepdim=True)
     if eps_inside:

@@ -30,7 +30,7 @@ def rms_norm(
     the same math (see norms/fused).
     """
     check_norm_args(x.shape[-1], p, eps)
-    return fused.rms_norm(x, weight, bias, partial_k(x.shape[-1], p), eps, eps_inside, impl)
+    return fused.rms_norm(x, weight, bias, partial_k(x.shape[-1], p), float(eps), bool(eps_inside), impl)
 
 
 def l2_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None = None, eps: float = 1e-8) -> Tensor:

@@ -39,7 +39,8 @@ class RMSNorm(nn.Module):
     def _choose_kernel(self, x: Tensor) -> fused.Kernel:
         params = self._parameters
         self.kernel_name, self._kernel = fused.kernel(self.impl, x.device.type, x.dtype,
-                                                      fused.param_dtype(x, params["weight"], params["bias"]))
+                                                      fused.param_dtype(x, params["weight"], params["bias"]),
+                                                      self.dim, self.k, self.eps_inside, params["bias"] is not None)
         self._kernel_dtype = x.dtype
         return self._kernel
 

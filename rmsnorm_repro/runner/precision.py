@@ -1,4 +1,5 @@
-"""train.precision: fp32, or mixed precision with autocast (bf16 on CPU and CUDA, fp16 on CUDA).
+"""train.precision: fp32, or mixed precision with autocast (bf16 on CPU and CUDA, fp16 on CUDA); and
+train.tf32, how CUDA multiplies fp32 matrices.
 
 Weights and optimizer states stay fp32; autocast runs matmuls and convolutions in the low precision.
 fp16 needs a GradScaler (its state goes into the checkpoint); bf16 has fp32's range and needs none.
@@ -53,3 +54,27 @@ def check(name: Any, device: torch.device) -> str:
 def build(name: str, device: torch.device) -> Precision:
     scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
     return Precision(name, device.type, scaler)
+
+
+def check_tf32(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"train.tf32 must be true or false, got {value!r}")
+    return value
+
+
+def apply_tf32(enabled: bool, device: torch.device) -> bool:
+    """train.tf32 on a CUDA device: float32 matrix products and convolutions on TF32 tensor cores (Ampere
+    and later: inputs rounded to a 10-bit mantissa, float32 sums), or IEEE float32 throughout when false
+    (convolutions included, which torch otherwise runs in TF32 by default). The paper's fp32 times had no
+    TF32 (its GPUs predate it). Nothing changes on CPU. Returns whether TF32 is in effect."""
+    if device.type != "cuda":
+        return False
+    mode = "tf32" if enabled else "ieee"
+    torch.backends.cuda.matmul.fp32_precision = mode
+    torch.backends.cudnn.conv.fp32_precision = mode
+    return enabled
+
+
+def tf32_in_effect(device: torch.device) -> bool:
+    """What summary.json's env.tf32 says: whether fp32 products on `device` run in TF32 now."""
+    return device.type == "cuda" and torch.backends.cuda.matmul.fp32_precision == "tf32"

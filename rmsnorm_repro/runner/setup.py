@@ -101,6 +101,7 @@ def plan_run(cfg: DictConfig, run_dir: Path, experiment: str | None = None, over
     # is read, so two commands can never both decide to start or resume it
     device = resolve_device(cfg.device)
     mixed = precision.check(cfg.train.get("precision", "fp32"), device)
+    precision.check_tf32(cfg.train.get("tf32", True))
     lock = RunDirLock(run_dir) if world.main else None
     plan = Plan(cfg, run_dir, experiment, cls, norms, config, device, mixed, lock, scrub(list(overrides or [])))
     try:
@@ -137,6 +138,7 @@ def build(plan: Plan, world: distributed.World) -> tuple[Run, TrainState]:
     optimizer = build_optimizer(raw_model.parameters(), cfg.optim)
     scheduler = build_schedule(optimizer, cfg.optim, total)
     mixed = precision.build(plan.precision, device)
+    precision.apply_tf32(cfg.train.get("tf32", True), device)
 
     state = TrainState()
     resume_from = plan.resume.checkpoint
@@ -258,7 +260,8 @@ def environment(run: Run) -> dict[str, Any]:
     device, described = run.device, run.plan.norms.describe()
     return {
         "torch": torch.__version__,
-        "device": str(device),
+        # the GPU's index too where the run chose none (a sweep's job on its own GPU: runner/gpus.py)
+        "device": f"cuda:{torch.cuda.current_device()}" if device.type == "cuda" and device.index is None else str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "threads": torch.get_num_threads(),
         "allocator": allocator.in_effect(),  # run() applied cfg.allocator
@@ -266,6 +269,7 @@ def environment(run: Run) -> dict[str, Any]:
         "norm": described,
         "compile": bool(run.cfg.train.compile),
         "precision": run.plan.precision,
+        "tf32": precision.tf32_in_effect(device),
         "python": platform.python_version(),
         "world_size": run.world.world_size,
     }

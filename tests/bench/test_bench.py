@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -80,37 +79,34 @@ def test_module_targets_say_which_hold_with_the_floor():
 
 
 # The one-shot GPU check, on CPU ---------------------------------------------------------------------------
-GPU_CHECK = textwrap.dedent("""
-    import json, sys, torch
-    from rmsnorm_repro.bench import gpu
-    path, ok = gpu.run_all("cpu", sys.argv[1],
-                           kernel_kwargs=dict(shapes=((8, 64),), dtypes=(torch.float32, torch.bfloat16), rounds=1, block_s=0.001),
-                           step_kwargs=dict(tasks=("transformer",), norms=("layernorm", "rmsnorm"), steps=1,
-                                            batch_fraction=0.05, overrides=["scale=mini"]))
-    print(json.dumps({"path": str(path), "ok": ok}))
-""")
-
-
 @pytest.mark.slow
-def test_gpu_check_runs_on_cpu_with_the_triton_interpreter(ext, tmp_path):
-    """Every part of `make speed-gpu` on CPU: Triton exactness in fp32/bf16/fp16 (and fp32 gains beside
-    bf16/fp16 x) against float64, the module's choice, the kernel table, the per-step table, the report."""
+def test_gpu_check_tiny_runs_every_part_on_cpu(ext, tmp_path):
+    """`python -m rmsnorm_repro.bench --gpu --tiny` (make gpu-check's CPU form, about a minute here): Triton
+    exactness in fp32/bf16/fp16 (and fp32 gains beside bf16/fp16 x) against float64 with the kernel
+    interpreted, the module's choice, the per-call table (host time, kernels), every task x norm x precision
+    per step with kernels a step and the paper's ratio, verdicts, the report written atomically."""
     pytest.importorskip("triton", reason="Triton is not installed (it ships with CUDA builds of torch)")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", GPU_CHECK, str(tmp_path)], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=REPO)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # --tiny sets it itself without a GPU
+    out = subprocess.run([sys.executable, "-m", "rmsnorm_repro.bench", "--gpu", "--tiny", "--out", str(tmp_path)],
+                         env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    text = Path(result["path"]).read_text()
-    assert result["ok"], text
-    data = json.loads(Path(result["path"]).with_suffix(".json").read_text())
-    assert not data["errors"]
+    (path,) = tmp_path.glob("gpu-*.md")
+    text, data = path.read_text(), json.loads(path.with_suffix(".json").read_text())
+    assert not data["errors"] and data["tiny"], data["errors"]
     assert {(r["dtype"], r["params"]) for r in data["exact"]} == {
         ("float32", "float32"), ("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float16", "float16"), ("float16", "float32")}
-    assert {r["impl"] for r in data["kernels"]} >= {"torch layer_norm", "torch rms_norm", "suite Triton kernel", "suite RMSNorm module"}
-    assert {(r["task"], r["norm"]) for r in data["steps"]} == {("transformer", "layernorm"), ("transformer", "rmsnorm")}
-    for section in ("## 1. Exactness", "## 2. Kernel table", "## 3. Per training step"):
+    assert {r["impl"] for r in data["kernels"]} >= {"x * 2 (floor)", "torch layer_norm", "torch rms_norm", "suite Triton kernel",
+                                                   "suite RMSNorm module", "suite RMSNorm module, eps inside",
+                                                   "suite pRMSNorm module 6.25%"}
+    assert all(r["host_us"] > 0 and r["kernels"] >= 1 for r in data["kernels"])
+    from rmsnorm_repro.bench.steps import available_tasks
+
+    assert {(r["precision"], r["task"], r["norm"]) for r in data["steps"]} == {
+        (p, t, n) for p in ("fp32", "bf16") for t in available_tasks() for n in ("none", "layernorm", "rmsnorm", "prmsnorm")}
+    assert all(r["kernels"] > 0 and r["paper_vs_layernorm"] for r in data["steps"])
+    for section in ("## 1. Exactness", "## 2. Kernel table", "## 3. Per training step", "Verdicts", "--tiny: tiny shapes"):
         assert section in text
+    assert str(tmp_path) not in text and str(REPO) not in text
 
 
 def test_gpu_check_reports_a_failing_part_and_goes_on(tmp_path, monkeypatch):

@@ -189,3 +189,64 @@ def test_uniform_init_as_order_embedding():
     torch.testing.assert_close(block @ block.T, torch.eye(40), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="uniform"):
         nematus_matrix(3, 4, dist="xavier")
+
+
+@pytest.mark.parametrize("impl", ["reference", "auto"])
+def test_float16_autocast_with_grad_scaler_trains_from_a_zero_state(impl):
+    """h0 = 0 makes U h0 an all-zero row for every norm on the state side (and, going backwards, for each
+    padded sequence's first token): its gradient g dy / eps must not be inf in float16, or GradScaler
+    skips every step and shrinks its scale (formulas.saturate_zero_rows). Gradients as in float64."""
+    torch.manual_seed(0)
+    gru = NormGRU(I, H, build_normalization("rmsnorm", {"impl": impl}), bidirectional=True)
+    reference = NormGRU(I, H, build_normalization("rmsnorm", {"impl": "reference"}), bidirectional=True).double()
+    reference.load_state_dict(gru.state_dict())
+    x, mask = torch.randn(3, 4, I), torch.ones(3, 4, dtype=torch.bool)
+    mask[1, 2:] = False
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0)  # a scale these gradients fit: the 65536 default overflows W's
+    optimizer = torch.optim.SGD(gru.parameters(), lr=1e-3)
+    with torch.autocast("cpu", dtype=torch.float16):
+        out, _ = gru(x, mask)
+    scaler.scale(out.float().pow(2).mean()).backward()
+    scaler.unscale_(optimizer)
+    grads = {n: p.grad.clone() for n, p in gru.named_parameters()}
+    scaler.step(optimizer)
+    scaler.update()
+    assert scaler.get_scale() == 256.0  # the step was taken, the scale kept (an inf halves it)
+    reference(x.double(), mask)[0].pow(2).mean().backward()
+    for name, p in reference.named_parameters():
+        torch.testing.assert_close(grads[name].double(), p.grad, rtol=3e-2, atol=3e-2 * p.grad.abs().max().item())
+
+
+def _aten_ops_per_step(norm: str) -> dict[str, float]:
+    """aten ops a time step of the eager loop costs, forward and backward (the loop as it runs on CUDA,
+    where the C++ loops do not apply): a run of 8 steps minus a run of 4, over 4."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    counts = []
+    for steps in (4, 8):
+        torch.manual_seed(0)
+        gru = NormGRU(I, H, build_normalization(norm))
+        gru.fused_loop = gru.cells[0].fused = False
+        x, mask = torch.randn(3, steps, I), torch.ones(3, steps, dtype=torch.bool)
+        mode = Ops()
+        mode.ops = Counter()
+        with mode:
+            gru(x, mask)[0].sum().backward()
+        counts.append(mode.ops)
+    return {op: (counts[1][op] - counts[0][op]) / 4 for op in counts[1] if counts[1][op] != counts[0][op]}
+
+
+def test_eager_time_step_op_budget():
+    """The budget of host work a time step pays on CUDA, one op each (views and detaches included): 33
+    without a norm (the state product, its gradient, gates, lerp); the two state-side norms a step add 8
+    with LayerNorm (native_layer_norm and its backward and their adds), 10 with RMSNorm's kernel (its
+    outputs and statistics allocated beside each call). A change that adds ops to the step fails here."""
+    none, ln, rms = (sum(_aten_ops_per_step(norm).values()) for norm in ("none", "layernorm", "rmsnorm"))
+    assert none <= 33 and ln - none <= 8 and rms - none <= 10, (none, ln, rms)

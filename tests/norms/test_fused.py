@@ -316,10 +316,10 @@ def test_unsupported_mixes_take_the_reference(ext):
     x = torch.randn(3, 8, dtype=torch.float32)
     w = torch.ones(8, dtype=torch.float64)  # no autocast mix: torch promotes
     assert fn.rms_norm(x, w, impl="fused").dtype == torch.float64
-    assert fused.kernel("fused", "cpu", torch.float32, torch.float64)[0] == "reference"
-    assert fused.kernel("fused", "cpu", torch.bfloat16, None)[0] == "reference"  # gain and bias of two dtypes
-    assert fused.kernel("fused", "cpu", torch.bfloat16, torch.float32)[0] == "fused-cpu"
-    assert fused.kernel("fused", "cpu", torch.float16, torch.float16)[0] == "reference"  # not compiled in
+    assert fused.kernel("fused", "cpu", torch.float32, torch.float64, 8, 8, False, False)[0] == "reference"
+    assert fused.kernel("fused", "cpu", torch.bfloat16, None, 8, 8, False, False)[0] == "reference"  # gain and bias of two dtypes
+    assert fused.kernel("fused", "cpu", torch.bfloat16, torch.float32, 8, 8, False, False)[0] == "fused-cpu"
+    assert fused.kernel("fused", "cpu", torch.float16, torch.float16, 8, 8, False, False)[0] == "reference"  # not compiled in
 
 
 def test_missing_compiler_falls_back_with_a_warning(monkeypatch):
@@ -560,7 +560,7 @@ def test_module_chooses_its_kernel_once_and_again_after_a_move(ext, monkeypatch)
     torch.testing.assert_close(y, fn.rms_norm(x.double(), layer.weight, layer.bias, 0.5), rtol=1e-12, atol=1e-12)
     with torch.autocast("cpu", dtype=torch.bfloat16):  # another dtype seen: chosen for it
         layer.float()(torch.nn.functional.linear(x, torch.eye(16)))
-    assert calls[-1][2:] == (torch.bfloat16, torch.float32)
+    assert calls[-1][2:] == (torch.bfloat16, torch.float32, 16, 8, False, True)  # dtypes, dim, k, eps placement, bias
 
 
 @pytest.mark.parametrize("p,eps_inside,bias", [(1.0, False, False), (0.3, True, True), (0.0625, False, True)])
@@ -652,3 +652,101 @@ def test_module_under_ddp_equals_one_process(ext):
     assert model.norm.kernel_name == "fused-cpu"
     for a, r in zip(got, want):
         torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+
+
+# On CUDA (mocked: the choice is made from device type, dtypes and the norm's form, no tensor) ---------
+@pytest.fixture
+def mocked_cuda(monkeypatch):
+    """A machine with a GPU and Triton, as far as the dispatch can tell."""
+    pytest.importorskip("triton", reason="Triton is not installed (it ships with CUDA builds of torch)")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(fused, "_used", {})  # what this mock chooses is not what the process ran
+    fused.clear_caches()
+    yield
+    fused.clear_caches()
+
+
+F32, BF16, F16, F64 = torch.float32, torch.bfloat16, torch.float16, torch.float64
+CUDA_CHOICES = [  # impl, x dtype, parameter dtype, dim, k, eps inside, bias -> what runs
+    ("auto", F32, F32, 512, 512, True, False, "torch"),        # torch.nn.RMSNorm's formula
+    ("auto", BF16, BF16, 2048, 2048, True, False, "torch"),
+    ("auto", BF16, F32, 1024, 1024, True, False, "torch"),     # autocast's mix
+    ("auto", F32, F32, 1024, 1024, False, False, "triton"),    # the authors' x / (RMS + eps): not torch's formula
+    ("auto", F32, F32, 1024, 64, True, False, "triton"),       # pRMSNorm: torch has no partial statistic
+    ("auto", F32, F32, 1024, 1024, True, True, "triton"),      # a bias: one kernel, not two
+    ("auto", F16, F16, 1024, 1024, True, False, "triton"),     # float16: a zero row's gradient kept finite
+    ("auto", F16, F32, 1024, 1024, True, False, "triton"),
+    ("fused", F32, F32, 512, 512, True, False, "triton"),      # fused: the suite's own kernel
+    ("reference", F32, F32, 512, 512, True, False, "reference"),
+    ("auto", F32, F64, 512, 512, True, False, "reference"),    # torch's promotion: the formulas
+    ("auto", F32, F32, 70000, 64, False, False, "reference"),  # a row longer than one Triton program takes
+]
+
+
+@pytest.mark.parametrize("impl,dtype,param_dtype,dim,k,eps_inside,bias,expected", CUDA_CHOICES)
+def test_auto_on_cuda_takes_torch_where_it_computes_the_formula(mocked_cuda, impl, dtype, param_dtype, dim, k,
+                                                                 eps_inside, bias, expected):
+    assert fused.kernel(impl, "cuda", dtype, param_dtype, dim, k, eps_inside, bias)[0] == expected
+
+
+def test_cuda_without_triton_still_takes_torch_where_exact(mocked_cuda, monkeypatch):
+    from rmsnorm_repro.norms.fused import triton_rmsnorm
+
+    monkeypatch.setattr(triton_rmsnorm, "available", lambda: False)
+    fused.clear_caches()
+    assert fused.kernel("auto", "cuda", F32, F32, 512, 512, True, False)[0] == "torch"
+    assert fused.kernel("auto", "cuda", F32, F32, 512, 512, False, False)[0] == "reference"
+    assert fused.kernel("auto", "cuda", BF16, F32, 512, 512, True, False)[0] == "reference"  # no kernel for the mix outside autocast
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (2, 3, 20), (5, 1)])
+def test_torch_path_equals_reference_float64(mocked_cuda, shape):
+    """The function the dispatch takes for "torch", run on CPU tensors: forward and every gradient against
+    the formulas in float64, zero row included (eps inside the root keeps it finite)."""
+    name, run = fused.kernel("auto", "cuda", F64, F64, shape[-1], shape[-1], True, False)
+    assert name == "torch"
+    x, w, _ = make(shape, bias=False)
+    x.view(-1, shape[-1])[0] = 0.0
+    dy = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=DT)
+    outs = []
+    for f in (run, lambda *a: fn.rms_norm(a[0], a[1], None, 1.0, 1e-6, True)):
+        xi = x.clone().requires_grad_()
+        y = f(xi, w, None, shape[-1], 1e-6, True)
+        outs.append([y, *torch.autograd.grad(y, (xi, w), dy)])
+    for a, r in zip(*outs):
+        assert a.dtype == r.dtype
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+
+
+# CPU autocast has no rule for rms_norm (aten warns and takes its composite path); CUDA autocast runs it in float32
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
+def test_torch_path_for_autocasts_mix_runs_triton_outside_autocast(mocked_cuda, monkeypatch):
+    from rmsnorm_repro.norms.fused import triton_rmsnorm
+
+    calls = []
+    monkeypatch.setattr(triton_rmsnorm, "rms_norm_unchecked", lambda *a: calls.append(a) or a[0])
+    _, run = fused.kernel("auto", "cuda", BF16, F32, 16, 16, True, False)
+    lin, w = torch.nn.Linear(8, 16), 1 + 0.5 * torch.randn(16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = lin(torch.randn(4, 8))
+        y = run(h, w, None, 16, 1e-6, True)
+    assert not calls and h.dtype == y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.double(), fn.rms_norm(h.double(), w.double(), None, 1.0, 1e-6, True),
+                               rtol=1e-2, atol=1e-2)
+    run(h, w, None, 16, 1e-6, True)
+    assert len(calls) == 1
+
+
+def test_module_and_function_pass_their_form_to_the_choice(ext, monkeypatch):
+    calls = []
+    choose = fused.kernel
+    monkeypatch.setattr(fused, "kernel", lambda *a: calls.append(a) or choose(*a))
+    RMSNorm(12, p=0.5, eps_inside=True)(torch.randn(2, 12))
+    fn.rms_norm(torch.randn(2, 10), torch.ones(10), torch.zeros(10), impl="auto")
+    assert [c[4:] for c in calls] == [(12, 6, True, False), (10, 10, False, True)]
+
+
+def test_cuda_autocast_runs_torchs_rms_norm_in_float32():
+    """What the "torch" path under autocast relies on: aten::rms_norm has a CUDA autocast rule (float32,
+    like layer_norm), so bfloat16 activations beside a float32 gain reach the fused kernel as float32."""
+    assert "AutocastCUDA" in torch._C._dispatch_dump("aten::rms_norm")

@@ -95,3 +95,26 @@ def test_bf16_on_a_cpu_without_bf16_matmul_hardware_warns_in_one_line(monkeypatc
         precision.check("bf16", torch.device("cpu"))
         precision.check("fp32", torch.device("cpu"))
     assert not caplog.records
+
+
+def test_tf32_is_recorded_and_refused_when_not_a_bool(tmp_path, tiny_cfg):
+    summary = run(tiny_cfg("device=cpu", "train.steps=2"), tmp_path / "r")
+    assert summary["env"]["tf32"] is False  # on by default, but there is no TF32 on a CPU
+    with pytest.raises(ConfigError, match="train.tf32 must be true or false, got 'yes'"):
+        run(tiny_cfg("device=cpu", "train.tf32=yes"), tmp_path / "b")
+
+
+@pytest.mark.parametrize("enabled,mode", [(True, "tf32"), (False, "ieee")])
+def test_tf32_sets_cudas_fp32_products_and_convolutions(enabled, mode):
+    """On a CUDA device (its flags set, nothing run: no GPU here), restored afterwards."""
+    from rmsnorm_repro.runner import precision
+
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    before = matmul.fp32_precision, conv.fp32_precision
+    try:
+        assert precision.apply_tf32(enabled, torch.device("cuda")) is enabled
+        assert (matmul.fp32_precision, conv.fp32_precision) == (mode, mode)
+        assert precision.tf32_in_effect(torch.device("cuda")) is enabled
+    finally:
+        matmul.fp32_precision, conv.fp32_precision = before
+    assert precision.apply_tf32(True, torch.device("cpu")) is False and not precision.tf32_in_effect(torch.device("cpu"))

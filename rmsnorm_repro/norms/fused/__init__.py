@@ -2,10 +2,11 @@
 is the reference's, exactly.
 
     impl=reference  the formulas in formulas.py, op by op (torch autograd)
-    impl=fused      C++ kernel on CPU (cpu.py + rmsnorm_cpu.cpp), Triton kernel on CUDA
+    impl=fused      the suite's own kernels: C++ on CPU (cpu.py + rmsnorm_cpu.cpp), Triton on CUDA
                     (triton_rmsnorm.py); both fuse the forward and have an exact fused backward
     impl=compile    torch.compile of the reference function
-    impl=auto       the fastest exact path available: fused where it exists, else reference
+    impl=auto       the fastest exact path available: on CUDA torch's own fused F.rms_norm where it
+                    computes the same formula (`torch_computes`), else the suite's kernel, else reference
 
 Under autocast (bfloat16 activations, float32 gain; on CUDA float16 too) the fused kernels read the
 gain in float32 and return x's dtype, as F.layer_norm and F.rms_norm do; so does the reference, which
@@ -18,6 +19,7 @@ from functools import lru_cache
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .. import formulas
@@ -59,13 +61,44 @@ def _params_fit(dtype: torch.dtype, param_dtype: torch.dtype | None) -> bool:
     return param_dtype == dtype or (param_dtype == torch.float32 and dtype in _LOW)
 
 
+def torch_computes(dim: int, k: int, eps_inside: bool, has_bias: bool) -> bool:
+    """Whether torch's F.rms_norm computes this norm's formula (see kernel())."""
+    return k == dim and eps_inside and not has_bias
+
+
+def _torch_rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float,
+                    eps_inside: bool) -> Tensor:
+    """torch's fused RMSNorm for a `torch_computes` configuration, parameters of x's dtype. Under CUDA
+    autocast aten rms_norm runs in float32: the result comes back in x's dtype, as the reference's does."""
+    y = F.rms_norm(x, (x.shape[-1],), weight, eps)
+    return y if y.dtype is x.dtype else y.to(x.dtype)
+
+
+def _torch_rms_norm_under_autocast(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float,
+                                   eps_inside: bool) -> Tensor:
+    """bfloat16/float16 x beside a float32 gain: torch's kernel under autocast (which computes in float32);
+    outside autocast aten takes its slow composite path for this mix, so the suite's kernel runs."""
+    if torch.is_autocast_enabled(x.device.type):
+        return _torch_rms_norm(x, weight, bias, k, eps, eps_inside)
+    return _triton().rms_norm_unchecked(x, weight, bias, k, eps, eps_inside)
+
+
 @lru_cache(maxsize=None)
-def kernel(impl: str, device_type: str, dtype: torch.dtype, param_dtype: torch.dtype | None) -> tuple[str, Kernel]:
+def kernel(impl: str, device_type: str, dtype: torch.dtype, param_dtype: torch.dtype | None, dim: int, k: int,
+           eps_inside: bool, has_bias: bool) -> tuple[str, Kernel]:
     """(name, f) with f(x, weight, bias, k, eps, eps_inside) -> y: what `impl` runs for x of `dtype` on
     `device_type` with gain/bias of `param_dtype` (x's dtype when there are none; None when gain and
-    bias differ). Chosen once per key; the first choice of each implementation is logged.
+    bias differ), rows of `dim` features, the statistic over the first `k`, eps inside the root or not,
+    a bias or not. Everything a kernel needs checked is checked here, once per key, so that a call runs
+    no checks; the first choice of each implementation is logged.
 
-    The implementation is chosen once per (impl, device type, dtype), by `kernel()`, and a module keeps
+    On CUDA, impl=auto runs torch's F.rms_norm (aten _fused_rms_norm), x * rsqrt(mean(x^2) + eps) * g,
+    where that is this norm's formula (`torch_computes`: p = 1, eps inside the root, no bias; not float16,
+    where the suite's kernel keeps a zero row's gradient finite: formulas.saturate_zero_rows). eps outside
+    the root (the authors' PyTorch placement) is another function of x (about eps / RMS apart per row,
+    unbounded near a zero row), so it keeps the suite's exact kernel, as do pRMSNorm and a bias.
+
+    The implementation is chosen once per key, and a module keeps
     the function it got (RMSNorm chooses again only when it sees another dtype or is moved): a call
     runs no selection logic. Inside torch.compile (`traced`), impl=auto|fused on CPU is the same C++
     kernel as two opaque custom ops with an autograd formula (ops.py; Inductor's code for the formulas
@@ -77,10 +110,15 @@ def kernel(impl: str, device_type: str, dtype: torch.dtype, param_dtype: torch.d
     recorded for `implementations_used` (what RMSNormalization.describe() reports)."""
     name = resolve(impl, device_type)
     fn: Kernel
-    if name == "fused-cpu" and dtype in _CPU_DTYPES and _params_fit(dtype, param_dtype):
+    if (device_type == "cuda" and impl == "auto" and torch_computes(dim, k, eps_inside, has_bias)
+            and dtype != torch.float16
+            and (param_dtype == dtype or (_params_fit(dtype, param_dtype) and name == "triton"))):
+        name, fn = "torch", (_torch_rms_norm if param_dtype == dtype else _torch_rms_norm_under_autocast)
+    elif name == "fused-cpu" and dtype in _CPU_DTYPES and _params_fit(dtype, param_dtype):
         fn = cpu.load().rms_norm
-    elif name == "triton" and dtype in _triton().DTYPES and _params_fit(dtype, param_dtype):
-        fn = _triton().rms_norm_or_reference
+    elif (name == "triton" and dtype in _triton().DTYPES and _params_fit(dtype, param_dtype)
+          and dim <= _triton().MAX_DIM):
+        fn = _triton().rms_norm_unchecked
     elif name == "compile":
         fn = _compiled()
     else:
@@ -152,8 +190,10 @@ def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps:
         return formulas.rms_norm(x, weight, bias, k, eps, eps_inside)
     if torch.compiler.is_compiling():
         return traced(x, weight, bias, k, eps, eps_inside, impl)
-    return kernel(impl, x.device.type, x.dtype, param_dtype(x, weight, bias))[1](x, weight, bias, k, eps, eps_inside)
+    dim = x.shape[-1]
+    return kernel(impl, x.device.type, x.dtype, param_dtype(x, weight, bias), dim, k, eps_inside,
+                  bias is not None)[1](x, weight, bias, k, eps, eps_inside)
 
 
 __all__ = ["IMPLS", "check_impl", "clear_caches", "implementations_used", "kernel", "param_dtype", "prepare", "resolve",
-           "rms_norm", "traced"]
+           "rms_norm", "torch_computes", "traced"]

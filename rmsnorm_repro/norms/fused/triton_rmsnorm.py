@@ -3,7 +3,7 @@
 Kernels `_rmsnorm_forward` / `_rmsnorm_backward` (names the profiler shows: bench --profile).
 Forward: one program per row; the row is loaded once, the statistic reads its first k features.
 Backward: each program walks a block of rows, writes dx and keeps dgain/dbias partial sums in
-registers; the host adds the per-program partials (deterministic, no atomics).
+registers; the host adds the per-program partials in one sum (deterministic, no atomics).
 Statistics and sums run in float32 (float64 for float64 inputs). Under autocast the gain and bias
 may be float32 beside bfloat16/float16 x: y and dx come out in x's dtype, dgain/dbias in theirs.
 
@@ -12,6 +12,7 @@ Tested on CPU with TRITON_INTERPRET=1 (tests/test_fused.py), where CPU tensors a
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -25,6 +26,7 @@ except ImportError:  # the CPU-only install; available() says False
     triton = None
 
 MAX_DIM = 65536  # one row must fit one program's block
+FLOAT16_MAX = formulas.FLOAT16_MAX
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -43,7 +45,7 @@ def supports(x: Tensor) -> bool:
 if triton is not None:
 
     @triton.jit
-    def _rmsnorm_forward(X, W, B, Y, SCALE, COEF, D, K, eps, EPS_INSIDE: tl.constexpr, HAS_W: tl.constexpr,
+    def _rmsnorm_forward(X, W, B, Y, STATS, N, D, K, eps, EPS_INSIDE: tl.constexpr, HAS_W: tl.constexpr,
                  HAS_B: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
@@ -65,12 +67,12 @@ if triton is not None:
         if HAS_B:
             y = y + tl.load(B + cols, mask=mask, other=0.0).to(ACC)
         tl.store(Y + row * D + cols, y.to(Y.dtype.element_ty), mask=mask)
-        tl.store(SCALE + row, s)
-        tl.store(COEF + row, c)
+        tl.store(STATS + row, s)  # STATS: (2, N), scale then coefficient
+        tl.store(STATS + N + row, c)
 
     @triton.jit
-    def _rmsnorm_backward(DY, X, W, SCALE, COEF, DX, DWP, DBP, N, D, K, ROWS, HAS_W: tl.constexpr, HAS_DW: tl.constexpr,
-                  HAS_DB: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    def _rmsnorm_backward(DY, X, W, STATS, DX, PARTIAL, N, D, K, ROWS, HAS_W: tl.constexpr, HAS_DW: tl.constexpr,
+                  HAS_DB: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr, SATURATE: tl.constexpr):
         pid = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < D
@@ -86,91 +88,130 @@ if triton is not None:
             offset = tl.cast(row, tl.int64) * D
             x = tl.load(X + offset + cols, mask=mask, other=0.0).to(ACC)
             dy = tl.load(DY + offset + cols, mask=mask, other=0.0).to(ACC)
-            s = tl.load(SCALE + row)
-            c = tl.load(COEF + row)
+            s = tl.load(STATS + row)
+            c = tl.load(STATS + N + row)
             dyx = dy * x
             total = tl.sum(w * dyx, axis=0)
             dx = s * w * dy - tl.where(head, c * total * x, 0.0)
+            if SATURATE:  # float16 dx: an all-zero row's gradient clamped, not inf (formulas.saturate_zero_rows)
+                zero_row = tl.max(tl.where(head, tl.abs(x), 0.0), axis=0) == 0
+                dx = tl.where(zero_row, tl.minimum(tl.maximum(dx, -FLOAT16_MAX), FLOAT16_MAX), dx)
             tl.store(DX + offset + cols, dx.to(DX.dtype.element_ty), mask=mask)
             if HAS_DW:
                 dw += dyx * s
             if HAS_DB:
                 db += dy
+        # PARTIAL: (programs, HAS_DW + HAS_DB, D), dgain's partial sums before dbias's
+        sums = HAS_DW + HAS_DB
         if HAS_DW:
-            tl.store(DWP + pid * D + cols, dw, mask=mask)
+            tl.store(PARTIAL + pid * sums * D + cols, dw, mask=mask)
         if HAS_DB:
-            tl.store(DBP + pid * D + cols, db, mask=mask)
+            tl.store(PARTIAL + (pid * sums + HAS_DW) * D + cols, db, mask=mask)
 
 
 def _acc(dtype: torch.dtype):
     return (torch.float64, tl.float64) if dtype == torch.float64 else (torch.float32, tl.float32)
 
 
+@lru_cache(maxsize=None)
 def _block(d: int) -> tuple[int, int]:
-    block = triton.next_power_of_2(d)
-    return block, min(max(block // 256, 1), 16)  # BLOCK, num_warps
+    """(BLOCK, num_warps) for rows of d features; cached: triton.next_power_of_2 is a constexpr function
+    whose call costs microseconds of host time."""
+    block = 1 << max(d - 1, 0).bit_length()
+    return block, min(max(block // 256, 1), 16)
+
+
+@lru_cache(maxsize=None)
+def _backward_programs(device: torch.device) -> int:
+    """Programs of the backward: enough to fill the GPU (4 per multiprocessor), each summing dgain over a
+    block of rows. Cached per device: get_device_properties is a driver query, not free per call."""
+    if device.type != "cuda":
+        return 4  # the interpreter (TRITON_INTERPRET=1) on CPU tensors
+    return 4 * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 class _RMSNormFunction(torch.autograd.Function):
+    """Per call: forward allocates y and one (2, n) buffer of statistics (scale, correction
+    coefficient) and saves x, gain and that buffer; backward allocates dx and one buffer of per-program
+    partial sums (dgain and dbias side by side), and adds the partials in one torch sum. Every buffer is
+    `empty`: each program writes all of its part. dx gets a buffer of its own, not dy's as in Liger-Kernel:
+    whether anything else holds dy (a hook, another branch, the caller) shows only in torch-internal use
+    counts, which from a Python Function differed between two graphs handing over equally fresh
+    gradients; overwriting a gradient someone keeps would be silently wrong (the CPU kernel checks
+    them in C++: rmsnorm_cpu.cpp owns_dense_buffer)."""
+
     @staticmethod
     def forward(ctx, x, weight, bias, k, eps, eps_inside):
         shape, d = x.shape, x.shape[-1]
-        x2 = x.reshape(-1, d).contiguous()
+        x2 = x.reshape(-1, d)
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()
+        if weight is not None and not weight.is_contiguous():
+            weight = weight.contiguous()
+        if bias is not None and not bias.is_contiguous():
+            bias = bias.contiguous()
         n = x2.shape[0]
         acc_torch, acc_tl = _acc(x.dtype)
         y = torch.empty_like(x2)
-        scale = torch.empty(n, dtype=acc_torch, device=x.device)
-        coef = torch.empty(n, dtype=acc_torch, device=x.device)
+        stats = torch.empty((2, n), dtype=acc_torch, device=x.device)  # scale, coef
         block, warps = _block(d)
         if n > 0:
-            _rmsnorm_forward[(n,)](x2, weight, bias, y, scale, coef, d, k, eps, EPS_INSIDE=eps_inside,
-                           HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block, ACC=acc_tl,
-                           num_warps=warps)
-        ctx.save_for_backward(x2, weight, scale, coef)
+            _rmsnorm_forward[(n,)](x2, weight, bias, y, stats, n, d, k, eps, EPS_INSIDE=eps_inside,
+                                   HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block, ACC=acc_tl,
+                                   num_warps=warps)
+        ctx.save_for_backward(x2, weight, stats)
         ctx.k, ctx.shape = k, shape
         ctx.bias_dtype = None if bias is None else bias.dtype
         return y.view(shape)
 
     @staticmethod
     def backward(ctx, dy):
-        x2, weight, scale, coef = ctx.saved_tensors
+        x2, weight, stats = ctx.saved_tensors
         n, d = x2.shape
         acc_torch, acc_tl = _acc(x2.dtype)
-        dy2 = dy.reshape(-1, d).contiguous()
+        dy2 = dy.reshape(-1, d)
+        if not dy2.is_contiguous():
+            dy2 = dy2.contiguous()
         need_dw = weight is not None and ctx.needs_input_grad[1]
         need_db = ctx.bias_dtype is not None and ctx.needs_input_grad[2]
-        # enough programs to fill the GPU, each summing dgain over a block of rows
-        programs = max(1, min(n, 4 * torch.cuda.get_device_properties(x2.device).multi_processor_count
-                              if x2.is_cuda else 4))
-        rows = triton.cdiv(n, programs) if n else 1
+        programs = max(1, min(n, _backward_programs(x2.device)))
+        rows = -(-n // programs) if n else 1  # ceil(n / programs)
         dx = torch.empty_like(x2)
-        dw_partial = torch.zeros(programs, d, dtype=acc_torch, device=x2.device) if need_dw else None
-        db_partial = torch.zeros(programs, d, dtype=acc_torch, device=x2.device) if need_db else None
+        sums = int(need_dw) + int(need_db)
+        partial = torch.empty((programs, sums, d), dtype=acc_torch, device=x2.device) if sums else None
         block, warps = _block(d)
         if n > 0:
-            _rmsnorm_backward[(programs,)](dy2, x2, weight, scale, coef, dx, dw_partial, db_partial, n, d, ctx.k, rows,
-                                   HAS_W=weight is not None, HAS_DW=need_dw, HAS_DB=need_db, BLOCK=block,
-                                   ACC=acc_tl, num_warps=warps)
-        dw = dw_partial.sum(0).to(weight.dtype) if need_dw else None
-        db = db_partial.sum(0).to(ctx.bias_dtype) if need_db else None
+            _rmsnorm_backward[(programs,)](dy2, x2, weight, stats, dx, partial, n, d, ctx.k, rows,
+                                           HAS_W=weight is not None, HAS_DW=need_dw, HAS_DB=need_db, BLOCK=block,
+                                           ACC=acc_tl, SATURATE=x2.dtype == torch.float16, num_warps=warps)
+        dw = db = None
+        if sums:
+            param_dtype = weight.dtype if need_dw else ctx.bias_dtype
+            if n == 0:
+                total = torch.zeros((sums, d), dtype=param_dtype, device=x2.device)
+            elif param_dtype == acc_torch:
+                total = partial.sum(0)
+            else:  # summed in the accumulation dtype, rounded once
+                total = partial.sum(0).to(param_dtype)
+            dw = total[0] if need_dw else None
+            db = total[-1] if need_db else None
         return dx.view(ctx.shape), dw, db, None, None, None
 
 
+def rms_norm_unchecked(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float,
+                       eps_inside: bool) -> Tensor:
+    """What the dispatch runs (norms/fused `kernel`): the arguments were checked when the kernel was
+    chosen (a CUDA tensor of a dtype in DTYPES, a last dimension <= MAX_DIM, eps a float), so a call is
+    the Function's and nothing else."""
+    return _RMSNormFunction.apply(x, weight, bias, k, eps, eps_inside)
+
+
 def rms_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float, eps_inside: bool) -> Tensor:
-    """RMSNorm/pRMSNorm over the last dimension with the statistic from the first k features."""
+    """RMSNorm/pRMSNorm over the last dimension with the statistic from the first k features (checked:
+    for callers outside the dispatch, such as the GPU check)."""
     if triton is None:
         raise RuntimeError("Triton is not installed: pip install triton (CUDA machines), or use norm.impl=reference")
     if not supports(x):
         raise ValueError(f"Triton rms_norm needs a CUDA tensor with a last dimension <= {MAX_DIM}, "
                          f"got {x.device} {tuple(x.shape)}")
-    weight = None if weight is None else weight.contiguous()
-    bias = None if bias is None else bias.contiguous()
-    return _RMSNormFunction.apply(x, weight, bias, k, eps, eps_inside)
-
-
-def rms_norm_or_reference(x: Tensor, weight: Tensor | None, bias: Tensor | None, k: int, eps: float,
-                          eps_inside: bool) -> Tensor:
-    """The Triton kernel where it takes x (see `supports`), else the reference formulas."""
-    if supports(x):
-        return rms_norm(x, weight, bias, k, float(eps), bool(eps_inside))
-    return formulas.rms_norm(x, weight, bias, k, eps, eps_inside)
+    return _RMSNormFunction.apply(x, weight, bias, k, float(eps), bool(eps_inside))
