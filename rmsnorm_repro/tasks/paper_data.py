@@ -1,0 +1,60 @@
+"""The data each task trained on in the paper, where it comes from, and the rule that a paper-scale
+run trains on it: `scale=paper` on generated data is refused unless the command asks for it
+(`data=synthetic`), so no GPU-days go into a folder of generated text by default."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from omegaconf import DictConfig
+
+PAPER_SCALE = "paper"
+GENERATED = "synthetic"
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """A real data set as a user prepares it: the command (or files) that put it on disk, and the
+    authors' published artefact for it, where they published one."""
+    name: str            # the data=<name> option
+    prepare: str         # how to get it onto disk once
+    authors: str | None  # the authors' published copy (bzhangGo/rmsnorm README), if any
+
+
+SOURCES = {
+    "wmt14": DataSource(
+        "wmt14", "`make data-wmt14` once where there is network (the hub's WMT14 En-De, BPE trained on first use)",
+        "the authors' preprocessed WMT14 with Nematus JSON vocabularies and training script: "
+        "http://data.statmt.org/bzhang/neurips19_rmsnorm/"),
+    "cnn": DataSource(
+        "cnn", "Kiros' top4 pickles (http://www.cs.toronto.edu/~rkiros/top4.zip, unzipped) in data/cnn "
+        "(or data.root)", "top4.zip, the data their attentive reader trained on"),
+    "coco": DataSource(
+        "coco", "ivendrov/order-embedding's COCO folder ({train,dev,test}_caps.txt and _ims.npy) in data/coco "
+        "(or data.root)", None),
+    "cifar10": DataSource("cifar10", "`make data-cifar10` once where there is network", None),
+}
+
+# task -> the data its tables were trained on in the paper
+PAPER_DATA = {"rnnsearch": "wmt14", "transformer": "wmt14", "reader": "cnn", "retrieval": "coco",
+              "convpool": "cifar10"}
+
+_DATA_OVERRIDE = re.compile(r"^(\+\+|\+)?data=")
+
+
+def chose_data(overrides: Sequence[str]) -> bool:
+    """Whether the command (a run's or a sweep job's overrides) named its data set."""
+    return any(_DATA_OVERRIDE.match(str(o)) for o in overrides)
+
+
+def refusal(cfg: DictConfig, overrides: Sequence[str]) -> str | None:
+    """One line refusing a paper-scale run on generated data the command did not ask for, else None."""
+    task = cfg.task.name
+    if cfg.scale.name != PAPER_SCALE or cfg.data.name != GENERATED or chose_data(overrides) or task not in PAPER_DATA:
+        return None
+    source = SOURCES[PAPER_DATA[task]]
+    authors = f"; the authors' copy: {source.authors}" if source.authors else ""
+    return (f"scale=paper trains on the paper's data: task={task} ran on data={source.name} (get it: "
+            f"{source.prepare}{authors}); add data={source.name}, or data=synthetic to train the paper's "
+            "sizes on generated data (a pipeline check, not a reproduction)")
