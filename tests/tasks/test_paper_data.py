@@ -2,6 +2,7 @@
 line, exit 2, through the entry point), the explicit opt-in, and the Makefile's paper data per table."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from rmsnorm_repro.tasks import TASKS, get_task_class
-from rmsnorm_repro.tasks.paper_data import PAPER_DATA, SOURCES, refusal
+from rmsnorm_repro.tasks.paper_data import PAPER_DATA, SOURCES, TOP4_URL, refusal
 from rmsnorm_repro.train import main
 from runner_fixtures.helpers import CONFIGS, REPO, compose_cfg
 
@@ -87,3 +88,12 @@ def test_makefile_table_targets_at_scale_paper_train_on_each_tasks_paper_data():
         assert f"/{PAPER_DATA[task]}-paper" in line, (target, line)
         assert " data=synthetic " in train_line(target)  # mini: generated data
         assert " data=synthetic " in train_line(target, "SCALE=paper", "DATA=synthetic")
+
+
+@pytest.mark.parametrize("layout", ["questions", "top4"])
+def test_the_readers_missing_data_line_says_where_top4_comes_from(tmp_path, layout):
+    from rmsnorm_repro.tasks.reader.data import load_reader_data
+
+    cfg = compose_cfg(["task=reader", "data=cnn", f"data.root={tmp_path}", f"data.layout={layout}"])
+    with pytest.raises(FileNotFoundError, match=re.escape(TOP4_URL)):
+        load_reader_data(cfg)
