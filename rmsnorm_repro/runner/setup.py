@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from .. import allocator, record
 from ..atomic import atomic_write_text
 from ..norms import Normalization, build_normalization
-from ..tasks import TASKS, Task, get_task_class, paper_data
+from ..tasks import TASKS, Task, codebases, get_task_class, paper_data
 from . import checkpoint, distributed, precision
 from .checkpoint import TrainState, seed_everything
 from .config import ConfigError, check_config, check_data_root, scrub
@@ -84,7 +84,7 @@ def prepare(cfg: DictConfig, run_dir: Path, experiment: str | None = None, overr
     """Check cfg against everything that can be checked before training; raise ConfigError if bad."""
     run_dir = Path(run_dir)
     check_config(cfg)
-    refused = paper_data.refusal(cfg, overrides or [])
+    refused = paper_data.refusal(cfg, overrides or []) or codebases.refusal(cfg)
     if refused:
         raise ConfigError(refused)
     cls = task_class(cfg)
