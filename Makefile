@@ -87,6 +87,13 @@ table6: PAPER_DATA = cnn
 table7 table8: PAPER_DATA = coco
 table9 table10: PAPER_DATA = cifar10
 
+# What a table costs before it trains: `make plan TABLE=table2 [SCALE=paper] [SEEDS=1,2,3]` prints its runs,
+# steps, the data it needs (and whether it is on disk) and GPU-hours from the GPU check's step times.
+TABLE ?= table2
+.PHONY: plan
+plan: install
+	$(PY) -m rmsnorm_repro.plan $(TABLE) --scale $(SCALE) $(if $(SEEDS),--seeds $(SEEDS))
+
 .PHONY: $(PAPER_TARGETS)
 $(PAPER_TARGETS): install
 	$(PY) -m rmsnorm_repro.train -m experiment=$@ scale=$(SCALE) data=$(DATA) launcher=$(LAUNCHER) \

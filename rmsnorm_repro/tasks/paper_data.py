@@ -18,9 +18,11 @@ TOP4_URL = "http://www.cs.toronto.edu/~rkiros/top4.zip"
 class DataSource:
     """A real data set as a user prepares it: the command (or files) that put it on disk, and the
     authors' published artefact for it, where they published one."""
-    name: str            # the data=<name> option
-    prepare: str         # how to get it onto disk once
-    authors: str | None  # the authors' published copy (bzhangGo/rmsnorm README), if any
+    name: str               # the data=<name> option
+    prepare: str            # how to get it onto disk once
+    authors: str | None     # the authors' published copy (bzhangGo/rmsnorm README), if any
+    size: str               # what it holds on disk
+    first_preparation: str  # the work a first run does on it before training (measured where measured)
 
 
 SOURCES = {
@@ -28,14 +30,20 @@ SOURCES = {
     # vocabularies) is cited on the recipe card; the suite does not read it, so no error line points at it.
     "wmt14": DataSource(
         "wmt14", "`make data-wmt14` once where there is network (the hub's WMT14 En-De, BPE trained on first use)",
-        None),
+        None, "4.5M sentence pairs (the hub's wmt/wmt14 de-en saved under data/wmt14, plus its download cache)",
+        "a 32k joint sentencepiece BPE (sampled from 2M sentences) and the tokenization of 4.5M pairs, cached "
+        "under .cache/: not measured at this size"),
     "cnn": DataSource(
         "cnn", f"unzip {TOP4_URL} into data/cnn (or data.root)",
-        "top4.zip (bzhangGo/rmsnorm README), the passages their attentive reader trained on"),
+        "top4.zip (bzhangGo/rmsnorm README), the passages their attentive reader trained on",
+        "top4's pickles (about 380,000 training questions)", "none: the pickles are read as they are"),
     "coco": DataSource(
         "coco", "ivendrov/order-embedding's COCO folder ({train,dev,test}_caps.txt and _ims.npy) in data/coco "
-        "(or data.root)", None),
-    "cifar10": DataSource("cifar10", "`make data-cifar10` once where there is network", None),
+        "(or data.root)", None, "~1.9 GB of VGG19 features for 113,287 training images, plus dev and test",
+        "none with the .npy features; from raw images scripts/extract_coco_features.py (VGG19, not measured)"),
+    "cifar10": DataSource(
+        "cifar10", "`make data-cifar10` once where there is network", None, "163 MB (cifar-10-batches-py)",
+        "a ZCA whitening fit on the 50,000 training images, cached under .cache/convpool: not measured"),
 }
 
 # task -> the data its tables were trained on in the paper

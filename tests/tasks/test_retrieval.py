@@ -2,6 +2,8 @@
 extractor's error path, masking, and tiny training through the runner."""
 import json
 import random
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -242,3 +244,12 @@ def test_init_follows_ivendrov():
     torch.testing.assert_close(u @ u.T, torch.eye(64), atol=1e-5, rtol=0)
     bound = (6 / (256 + 64)) ** 0.5
     assert model.image_proj.weight.abs().max() <= bound and torch.all(model.image_proj.bias == 0)
+
+
+def test_the_readmes_coco_image_count_is_the_one_the_recipes_steps_are_100_epochs_of():
+    """ivendrov's driver.py: 100 epochs of one caption per training image, the last partial batch dropped."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| COCO order-embedding features"))
+    images = int(re.search(r"for ([\d,]+) training images", row).group(1).replace(",", ""))
+    recipe = OmegaConf.load(Path(__file__).resolve().parents[2] / "configs" / "task" / "retrieval.yaml")
+    assert images // recipe.train.batch_size * 100 == recipe.train.steps
