@@ -65,7 +65,8 @@ table1: install
 # results/figures/; with ARGS containing logger=wandb the report also logs the table to wandb
 # (offline unless WANDB_MODE=online; `python -m rmsnorm_repro.report --help`). Targets that read the same runs
 # share one sweep directory, where the runner names each run after its swept values, so
-# `make table3` after `make table2` trains nothing new (finished runs only re-evaluate).
+# `make table5` after `make table2` trains nothing new (finished runs only re-evaluate); table3 sweeps the
+# authors' two codebases (codebase=theano,pytorch) in its own folder.
 # DATA: at SCALE=paper each target's paper data (rmsnorm_repro/tasks/paper_data.py; the training refuses
 # generated data at that scale unless asked: DATA=synthetic), else generated data.
 SEEDS ?=
