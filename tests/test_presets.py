@@ -26,7 +26,7 @@ SHARES = {"table5": "table2", "fig1": "table2", "table8": "table7", "table10": "
 # the paper: the Transformer without a norm fails to train (Table 4); every other job must complete
 MAY_DIVERGE = {("transformer", "none")}
 # run directories named by what the job trains (the overrides' default name would hold every tiny size)
-SUBDIR = "hydra.sweep.subdir=${codebase.name}-${norm.name}-p${norm.p}-s${seed}"
+SUBDIR = "hydra.sweep.subdir=${oc.select:codebase.name,tf}-${norm.name}-p${norm.p}-s${seed}"
 # fig3 sweeps one norm's p over ten values: its two ends run here (the same code path for every p)
 NARROW = {"fig3": ["norm.p=0.1,1.0"]}
 

@@ -7,13 +7,10 @@ from omegaconf import DictConfig
 
 from ..paths import configs_dir
 
-DEFAULT = "default"
-
-
 def refusal(cfg: DictConfig) -> str | None:
-    codebase = str((cfg.get("codebase") or {}).get("name", DEFAULT))
-    if codebase == DEFAULT:
+    if not cfg.get("codebase"):  # none chosen: the task's own settings (configs/task_norm)
         return None
+    codebase = str(cfg.codebase.name)
     task = cfg.task.name
     if list((configs_dir() / "codebase_norm" / task).glob(f"*/{codebase}.yaml")):
         return None
