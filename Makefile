@@ -65,20 +65,35 @@ table1: install
 # results/figures/; with ARGS containing logger=wandb the report also logs the table to wandb
 # (offline unless WANDB_MODE=online; `python -m rmsnorm_repro.report --help`). Targets that read the same runs
 # share one sweep directory, where the runner names each run after its swept values, so
-# `make table3` after `make table2` trains nothing new (finished runs only re-evaluate).
+# `make table5` after `make table2` trains nothing new (finished runs only re-evaluate); table3 sweeps the
+# authors' two codebases (codebase=theano,pytorch) in its own folder.
+# DATA: at SCALE=paper each target's paper data (rmsnorm_repro/tasks/paper_data.py; the training refuses
+# generated data at that scale unless asked: DATA=synthetic), else generated data.
 SEEDS ?=
 LAUNCHER ?= basic
-DATA ?= synthetic
+DATA ?= $(if $(filter paper,$(SCALE)),$(PAPER_DATA),synthetic)
 ARGS ?=
 RUNS := results/runs/multirun
 PAPER_TARGETS := table2 table3 table4 table5 table6 table7 table8 table9 table10 fig1 fig3 fig4
-table2 table3 table5 fig1: SWEEP = rnnsearch
+table2 table5 fig1: SWEEP = rnnsearch
+table3: SWEEP = rnnsearch-table3
 table4: SWEEP = transformer
 table6: SWEEP = reader
 table7 table8: SWEEP = retrieval
 table9 table10: SWEEP = convpool
 fig3: SWEEP = rnnsearch-fig3
 fig4: SWEEP = rnnsearch-fig4
+table2 table3 table4 table5 fig1 fig3 fig4: PAPER_DATA = wmt14
+table6: PAPER_DATA = cnn
+table7 table8: PAPER_DATA = coco
+table9 table10: PAPER_DATA = cifar10
+
+# What a table costs before it trains: `make plan TABLE=table2 [SCALE=paper] [SEEDS=1,2,3]` prints its runs,
+# steps, the data it needs (and whether it is on disk) and GPU-hours from the GPU check's step times.
+TABLE ?= table2
+.PHONY: plan
+plan: install
+	$(PY) -m rmsnorm_repro.plan $(TABLE) --scale $(SCALE) $(if $(SEEDS),--seeds $(SEEDS))
 
 .PHONY: $(PAPER_TARGETS)
 $(PAPER_TARGETS): install

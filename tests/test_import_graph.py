@@ -26,7 +26,8 @@ LAYERS = [
     ["cli_errors"],                              # the command line's errors as one line each
     ["bench", "launchers"],                      # speed tables; Hydra launchers and the sweep callback (its
                                                  # compare page)
-    ["train"],                                   # the command line (a failed sweep's end table: launchers)
+    ["train", "plan"],                           # the command line (a failed sweep's end table: launchers);
+                                                 # make plan
     ["campaigns"],                               # train sweeps, then report: make demo, make small
 ]
 

@@ -2,7 +2,7 @@
 
 `python -m rmsnorm_repro.train -m experiment=<name>` with the preset's norms kept and its seeds cut to
 seed=1, each task shrunk by tests/tiny_sizes.py; so a preset (or a norm inside one) that no longer runs
-fails here. Presets that train the same sweep (table3/table5/fig1 read table2's runs, table8 table7's,
+fails here. Presets that train the same sweep (table5/fig1 read table2's runs, table8 table7's,
 table10 table9's) run it once and each report renders on that one directory. Both translation tasks
 are in: rnnsearch (table2, fig3, fig4) and transformer (table4). table1 is computed, not trained
 (`python -m rmsnorm_repro.norms.table1`); its preset trains the five methods on convpool.
@@ -22,11 +22,11 @@ pytestmark = pytest.mark.slow  # every test here trains real runs
 
 PRESETS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 # presets that train another preset's sweep (same runs, same directories: test_experiments.SHARED)
-SHARES = {"table3": "table2", "table5": "table2", "fig1": "table2", "table8": "table7", "table10": "table9"}
+SHARES = {"table5": "table2", "fig1": "table2", "table8": "table7", "table10": "table9"}
 # the paper: the Transformer without a norm fails to train (Table 4); every other job must complete
 MAY_DIVERGE = {("transformer", "none")}
 # run directories named by what the job trains (the overrides' default name would hold every tiny size)
-SUBDIR = "hydra.sweep.subdir=${norm.name}-p${norm.p}-s${seed}"
+SUBDIR = "hydra.sweep.subdir=${oc.select:codebase.name,tf}-${norm.name}-p${norm.p}-s${seed}"
 # fig3 sweeps one norm's p over ten values: its two ends run here (the same code path for every p)
 NARROW = {"fig3": ["norm.p=0.1,1.0"]}
 

@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from rmsnorm_repro.paths import configs_dir
 
 CARD = Path(__file__).resolve().parents[1] / "docs" / "recipes.md"
-GROUPS = ("norm", "data")  # `norm=rmsnorm` in a cell: compose with that group option
+GROUPS = ("norm", "data", "codebase")  # `norm=rmsnorm` in a cell: compose with that group option
 TASKS = ("rnnsearch", "transformer", "reader", "retrieval", "convpool")
 # Settings the runner decides (another change adds them): a row naming one of these keys is skipped,
 # not failed, while the composed config does not have the key yet.

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..atomic import atomic_path
+from . import authors_reader_log
 from .aggregate import DIVERGED, TRAIN_LOSS, TRAINED, Group, Run, group_runs, mean_curve, resolve_metric
 
 NORM_COLORS = {"none": "tab:gray", "layernorm": "tab:blue", "rmsnorm": "tab:red", "prmsnorm": "tab:orange",
@@ -122,8 +123,10 @@ def panel_grid(n: int, columns: int = 3, width: float = 5.0, height: float = 3.6
     return rows, cols, (width * cols, height * rows)
 
 
-def _curves_figure(title: str, panels: list[tuple[str, str, str]]) -> Callable[[list[Group], Path], bool]:
-    """A figure of side-by-side panels, each (metric, x, panel title)."""
+def _curves_figure(title: str, panels: list[tuple[str, str, str]],
+                   beside: Callable[[object, list[Group]], bool] | None = None) -> Callable[[list[Group], Path], bool]:
+    """A figure of side-by-side panels, each (metric, x, panel title); `beside` draws a reference curve
+    (the authors' own) into the first panel when it has one."""
     def draw(groups: list[Group], path: Path) -> bool:
         rows, cols, size = panel_grid(len(panels), columns=2, width=6.0, height=4.2)
         fig = Figure(figsize=size)
@@ -132,6 +135,8 @@ def _curves_figure(title: str, panels: list[tuple[str, str, str]]) -> Callable[[
         for ax, (metric, x, panel_title) in zip(axes, panels):
             ax.set_title(panel_title, fontsize=10)
             drawn |= plot_curves(ax, groups, metric, x)
+        if drawn and beside is not None and beside(axes[0], groups):
+            axes[0].legend(fontsize=7)
         for ax in axes[len(panels):]:
             ax.set_visible(False)
         fig.suptitle(title)
@@ -176,6 +181,21 @@ def _quality_vs_p(groups: list[Group], path: Path) -> bool:
     return drawn
 
 
+def _authors_reader_log(ax, groups: list[Group]) -> bool:
+    """Figure 5: the authors' RMSNorm reader's validation error (their training log), when it lies in the
+    CNN folder our runs read (data.root/stats_lstm_s1.npz.pkl)."""
+    roots = {str(run.config.get("data", {}).get("root")) for group in groups for run in group.runs
+             if run.config.get("data", {}).get("name") == "cnn"}
+    logs = [Path(root) / authors_reader_log.FILE_NAME for root in sorted(roots)
+            if (Path(root) / authors_reader_log.FILE_NAME).is_file()]
+    if not logs:
+        return False
+    points = authors_reader_log.read_valid_errors(logs[0])
+    ax.plot([u for u, _ in points], [e for _, e in points], color="black", linestyle=":", linewidth=1.2,
+            label="authors' RMSNorm (their log, Theano; updates of 64)")
+    return True
+
+
 # figure name -> (task whose runs it reads, drawing function)
 FIGURES: dict[str, tuple[str, Callable[[list[Group], Path], bool]]] = {
     "fig1": ("rnnsearch", _curves_figure("Figure 1: RNNSearch training loss",
@@ -184,7 +204,8 @@ FIGURES: dict[str, tuple[str, Callable[[list[Group], Path], bool]]] = {
     "fig3": ("rnnsearch", _quality_vs_p),
     "fig4": ("rnnsearch", _curves_figure("Figure 4: init centre shifted (task.model.init_center)",
                                          [(TRAIN_LOSS, "step", "training loss"), ("bleu", "step", "valid BLEU")])),
-    "fig5": ("reader", _curves_figure("Figure 5: attentive reader validation error", [("error", "step", "valid error")])),
+    "fig5": ("reader", _curves_figure("Figure 5: attentive reader validation error", [("error", "step", "valid error")],
+                                      beside=_authors_reader_log)),
     "fig6": ("retrieval", _curves_figure("Figure 6: order embeddings validation R@K sum", [("rsum", "step", "valid R@K sum")])),
     "table9": ("convpool", _curves_figure("Table 9: ConvPool-CNN-C training error",
                                           [("train_batch_error", "step", "training-batch error % (dropout on: the authors')"),

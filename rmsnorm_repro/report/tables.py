@@ -10,6 +10,7 @@ whose interval holds 0 reads "within noise" (aggregate.py says how the intervals
 from __future__ import annotations
 
 import csv
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,6 +193,42 @@ def render_comparison(page: Page, runs: list[Run], groups: list[Group], paper: l
     return lines
 
 
+# Table 3's column pairs -> the codebase whose runs feed them (configs/codebase: the authors' norm settings)
+CODEBASE_OF_SET = {"th_": "theano", "py_": "pytorch"}
+
+
+def _codebase(group: Group) -> str | None:
+    return next((json.loads(value) for key, value in group.swept if key == "codebase.name"), None)
+
+
+def render_codebases(page: Page, runs: list[Run], groups: list[Group], paper: list[dict]) -> list[str]:
+    """Table 3: each of the paper's column pairs (Th, Py) beside the runs of its own codebase; speed-ups
+    against the LayerNorm runs of that codebase."""
+    unit = time_unit(paper)
+    header = ["model"]
+    for label, _ in page.paper_sets:
+        header += [f"runs {label}"] + [f"{q.header} {who} {label}" for q in page.qualities for who in ("paper", "ours")]
+        header += [f"time paper {label}", f"time ours {label}"] if page.time else []
+    body = []
+    for prow in paper:
+        cells = [prow["model"]]
+        for _, prefix in page.paper_sets:
+            codebase = CODEBASE_OF_SET[prefix]
+            mine = next((g for g in groups if g.norm == prow.get("norm") and _codebase(g) == codebase), None)
+            ln = next((g for g in groups if g.norm == "layernorm" and _codebase(g) == codebase), None)
+            cells.append(mine.status_note() if mine else "not run")
+            for q in page.qualities:
+                cells += [paper_cell(prow, prefix + q.paper), fmt_our_quality(mine, q)[0] if mine else "-"]
+            if page.time:
+                cells += [fmt_paper_time(prow, prefix), fmt_our_time(mine, ln, unit) if mine else "-"]
+        body.append(cells)
+    lines = table(header, body)
+    if not any(_codebase(g) in CODEBASE_OF_SET.values() for g in groups):
+        lines += ["", "None of these runs has either codebase's norm settings (Table 2's runs are Nematus-TF's): "
+                  f"run `{table_command('table3')}` (codebase=theano,pytorch)."]
+    return lines
+
+
 def render_table5(page: Page, runs: list[Run], groups: list[Group], paper: list[dict]) -> list[str]:
     """Mean M and std S of the decoder's hidden-to-hidden summed inputs at positions 1-4 and overall."""
     positions = [("1", "pos1"), ("2", "pos2"), ("3", "pos3"), ("4", "pos4"), ("all", "all")]
@@ -278,7 +315,8 @@ PAGES: dict[str, Page] = {p.name: p for p in (
     Page("table2", "Table 2: RNNSearch (Nematus-TF), BLEU and seconds per 1k steps", "rnnsearch",
          (TEST14, TEST17), figures=("fig1", "fig2")),
     Page("table3", "Table 3: RNNSearch (Theano and PyTorch Nematus), BLEU and seconds per 1k steps", "rnnsearch",
-         (TEST14, TEST17), paper_sets=(("Th", "th_"), ("Py", "py_")), figures=("fig1", "fig2")),
+         (TEST14, TEST17), paper_sets=(("Th", "th_"), ("Py", "py_")), figures=("fig1", "fig2"),
+         render=render_codebases),
     Page("table4", "Table 4: Transformer base, BLEU and seconds per 1k steps", "transformer", (TEST14, TEST17)),
     Page("table5", "Table 5: decoder hidden-to-hidden summed inputs, mean M and std S on the validation set",
          "rnnsearch", time=False, render=render_table5),

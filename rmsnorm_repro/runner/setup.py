@@ -25,8 +25,8 @@ from ..errors import ConfigError
 from ..host import cpu_name
 from ..norms import Normalization, build_normalization
 from ..redact import scrub
+from ..tasks import TASKS, Task, codebases, get_task_class, paper_data
 from ..wandb_access import wandb_mode
-from ..tasks import TASKS, Task, get_task_class
 from . import checkpoint, distributed, precision, resume
 from .checkpoint import TrainState, seed_everything
 from .config import check_config, check_data_root
@@ -85,6 +85,9 @@ def plan_run(cfg: DictConfig, run_dir: Path, experiment: str | None = None, over
     (resume.inspect); raise ConfigError if bad. Nothing is built or written."""
     run_dir = Path(run_dir)
     check_config(cfg)
+    refused = paper_data.refusal(cfg, overrides or []) or codebases.refusal(cfg)
+    if refused:
+        raise ConfigError(refused)
     cls = task_class(cfg)
     if cfg.data.name not in cls.supported_data:
         raise ConfigError(f"data={cfg.data.name} is not supported by task={cls.name}; supported: {', '.join(cls.supported_data)}")

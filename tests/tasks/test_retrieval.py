@@ -2,6 +2,8 @@
 extractor's error path, masking, and tiny training through the runner."""
 import json
 import random
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rmsnorm_repro.norms import build_normalization
+from rmsnorm_repro.tasks.retrieval import metrics
 from rmsnorm_repro.tasks.retrieval.data import load_coco, pad_captions
 from rmsnorm_repro.tasks.retrieval.metrics import (
     contrastive_loss, fold_metrics, order_violation, ranks, recall_metrics,
@@ -73,6 +76,29 @@ def test_order_violation_and_loss_match_their_definitions():
                 expected += max(0.0, margin - float(errors[b, a]) + float(errors[a, a]))
                 expected += max(0.0, margin - float(errors[a, b]) + float(errors[a, a]))
     assert float(contrastive_loss(errors, margin)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_order_violation_without_autograd_equals_the_differentiable_one_across_chunks(monkeypatch):
+    monkeypatch.setattr(metrics, "CHUNK_ELEMENTS", 7 * 4 * 5)  # 7 captions a chunk: 23 captions = 4 chunks
+    g = torch.Generator().manual_seed(2)
+    s, im = torch.rand(23, 5, generator=g, requires_grad=True), torch.rand(4, 5, generator=g)
+    differentiable = order_violation(s, im)
+    assert differentiable.requires_grad
+    with torch.no_grad():
+        assert torch.equal(order_violation(s, im), differentiable.detach())
+
+
+def test_an_evaluation_allocates_one_work_buffer_however_many_chunks(monkeypatch):
+    """A paper-size fold (5000 captions x 1000 images x 1024) is ~300 chunks of 64 MiB: a fresh broadcast
+    per chunk fragmented the tuned heap to ~20 GB (docs/performance.md). Here 64 chunks of 256 KiB."""
+    monkeypatch.setattr(metrics, "CHUNK_ELEMENTS", 1 << 16)
+    s, im = torch.rand(4096, 64), torch.rand(64, 64)
+    chunk_bytes = (1 << 16) * 4
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                 profile_memory=True) as prof:
+        order_violation(s, im)
+    big = [e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage >= chunk_bytes]  # allocations
+    assert sorted(big) == [chunk_bytes, 4096 * 64 * 4], big  # the work buffer and the (4096, 64) errors
 
 
 def test_folds_average_per_fold_metrics():
@@ -218,3 +244,12 @@ def test_init_follows_ivendrov():
     torch.testing.assert_close(u @ u.T, torch.eye(64), atol=1e-5, rtol=0)
     bound = (6 / (256 + 64)) ** 0.5
     assert model.image_proj.weight.abs().max() <= bound and torch.all(model.image_proj.bias == 0)
+
+
+def test_the_data_docs_coco_image_count_is_the_one_the_recipes_steps_are_100_epochs_of():
+    """ivendrov's driver.py: 100 epochs of one caption per training image, the last partial batch dropped."""
+    data_docs = (Path(__file__).resolve().parents[2] / "docs" / "data.md").read_text(encoding="utf-8")
+    row = next(line for line in data_docs.splitlines() if line.startswith("| COCO order-embedding features"))
+    images = int(re.search(r"for ([\d,]+) training images", row).group(1).replace(",", ""))
+    recipe = OmegaConf.load(Path(__file__).resolve().parents[2] / "configs" / "task" / "retrieval.yaml")
+    assert images // recipe.train.batch_size * 100 == recipe.train.steps

@@ -1,6 +1,7 @@
 """Translation data: the synthetic pair, every loader on tiny files in its real format, the cached
 BPE vocabulary, and the deterministic length-bucketed batches."""
 import gzip
+import importlib.util
 import os
 from pathlib import Path
 
@@ -176,6 +177,34 @@ def test_vocab_is_trained_once_and_keyed_by_corpus_and_settings(tmp_path):
     ids = v1.encode(src[:5])
     assert v1.decode(ids) == src[:5], "BPE must round-trip raw text (detokenization)"
     assert v1.decode([ids[0] + [EOS] + ids[1]]) == [src[0]], "everything after EOS is dropped"
+
+
+def test_encoding_chunk_by_chunk_gives_the_arrays_of_encoding_at_once(tmp_path):
+    src, tgt = synthetic.generate(SYN)["train"]
+    vocab = build_vocab(src, tgt, 120, tmp_path, corpus_hash(src, tgt))
+    src, tgt = src[:50] + [""], tgt[:50] + ["x"]  # an empty sentence keeps its place
+    whole = Encoded(vocab.encode(src), vocab.encode(tgt))
+    for chunk in (7, 51, 1000):
+        chunked = Encoded.encode(vocab, (src, tgt), chunk=chunk)
+        for key in ("src", "src_off", "tgt", "tgt_off"):
+            assert np.array_equal(getattr(chunked, key), getattr(whole, key)), (chunk, key)
+            assert getattr(chunked, key).dtype == getattr(whole, key).dtype
+    empty = Encoded.encode(vocab, ([], []))
+    assert len(empty) == 0 and empty.src.dtype == np.int32
+
+
+def test_the_first_preparation_measurement_runs_the_real_steps_on_generated_text(tmp_path, capsys):
+    """scripts/measure_first_preparation.py (the README's WMT14-size numbers), at 300 pairs."""
+    spec = importlib.util.spec_from_file_location("measure", Path(__file__).resolve().parents[2] / "scripts" /
+                                                  "measure_first_preparation.py")
+    measure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(measure)
+    assert measure.main(["--pairs", "300", "--work", str(tmp_path), "--vocab-size", "300", "--lexicon", "500"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("300 pairs, ") and "bpe" in out and "tokenize" in out and "peak RSS" in out
+    lines = (tmp_path / "text" / "train.de").read_text().splitlines()
+    assert len(lines) == 300 and all(20 <= len(line.split()) <= 30 for line in lines)
+    assert list((tmp_path / "cache" / "spm").glob("*.model"))
 
 
 # Batches --------------------------------------------------------------------------------------

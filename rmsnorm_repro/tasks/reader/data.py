@@ -31,6 +31,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
 from ..base import check_int, read_text, split_lines
+from ..paper_data import TOP4_URL
 
 PAD, UNK, PLACEHOLDER = "<pad>", "<unk>", "@placeholder"
 CNN_SPLITS = {"train": "training", "valid": "validation", "test": "test"}
@@ -192,7 +193,7 @@ def load_questions(data_cfg: Mapping[str, Any]) -> ReaderData:
             raise FileNotFoundError(
                 f"data=cnn: {questions / name} not found; set data.root to the DeepMind Q&A CNN folder "
                 "holding questions/training, questions/validation and questions/test, or to the folder of "
-                "top4.zip's pickles (dict.pkl, train4_pass.pkl, ...)"
+                f"top4.zip's pickles (dict.pkl, train4_pass.pkl, ...; the paper's data: {TOP4_URL})"
             )
     raw = {split: _read_split(questions / name, data_cfg.get("limit"), data_cfg.get("max_doc_len"),
                               data_cfg.get("top_sentences"))
@@ -230,7 +231,7 @@ class _PlainUnpickler(pickle.Unpickler):
 def _load_pickle(path: Path) -> Any:
     if not path.is_file():
         raise FileNotFoundError(f"data=cnn (top4): {path} not found; data.root must hold dict.pkl and "
-                                "{train4,valid4}_{pass,qs,ans}.pkl from top4.zip")
+                                f"{{train4,valid4}}_{{pass,qs,ans}}.pkl from top4.zip ({TOP4_URL})")
     try:
         with open(path, "rb") as f:
             return _PlainUnpickler(f, encoding="latin1").load()
@@ -351,7 +352,7 @@ def check_paper_passages(cfg: Any) -> None:
         return
     if data.get("top_sentences") is None and not data.get("whole_documents"):
         raise ValueError(f"scale=paper reader: no top4 pickles ({data['files']['train']}_pass.pkl) under {data['root']}, "
-                         "and the rule that made them from the .question files is not public; put top4.zip's files "
+                         f"and the rule that made them from the .question files is not public; put top4.zip's files ({TOP4_URL}) "
                          "there, or choose explicitly: data.whole_documents=true (whole documents) or "
                          "data.top_sentences=4 (an approximation of top4)")
 

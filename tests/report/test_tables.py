@@ -1,0 +1,51 @@
+"""Table 3's page: each of the paper's column pairs (Th, Py) fed by the runs of its own codebase, speed-ups
+against that codebase's LayerNorm; Table 2's runs fill neither pair and the page says how to get them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from rmsnorm_repro.report.__main__ import main as report_main
+from runner_fixtures.fake_runs import write_run
+
+# codebase -> norm -> (s per 1k steps, test14 BLEU)
+RUNS = {"theano": {"layernorm": (20.0, 22.0), "rmsnorm": (10.0, 23.0)},
+        "pytorch": {"layernorm": (40.0, 24.0), "rmsnorm": (30.0, 25.0)}}
+SETTINGS = {"theano": {"eps": 1e-5, "eps_inside": True, "bias": True}, "pytorch": {"eps": 1e-8, "eps_inside": False, "bias": False}}
+
+
+def _row(page: str, model: str) -> list[str]:
+    line = next(line for line in page.splitlines() if line.startswith(f"| {model} |"))
+    return [cell.strip() for cell in line.strip()[1:-1].split("|")]
+
+
+def test_each_column_pair_reads_its_own_codebases_runs(tmp_path: Path):
+    for codebase, norms in RUNS.items():
+        for norm, (s_per_1k, bleu) in norms.items():
+            run = write_run(tmp_path / "runs" / codebase, "rnnsearch", norm, 1, s_per_1k=s_per_1k,
+                            final={"test14_bleu": bleu})
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            config["codebase"] = {"name": codebase}
+            config["norm"].update(SETTINGS[codebase] if norm == "rmsnorm" else {"eps": 1e-5, "bias": True})
+            (run / "config.yaml").write_text(yaml.safe_dump(config))
+    assert report_main([str(tmp_path / "runs"), "--table", "table3", "--out", str(tmp_path / "pages")]) == 0
+    page = (tmp_path / "pages" / "table3.md").read_text()
+    header = _row(page, "model")
+    ln, rms = dict(zip(header, _row(page, "LayerNorm"))), dict(zip(header, _row(page, "RMSNorm")))
+    assert (rms["Test14 paper Th"], rms["Test14 ours Th"], rms["Test14 paper Py"], rms["Test14 ours Py"]) == \
+        ("22.5", "23.0", "22.9", "25.0")
+    assert ln["Test14 ours Th"] == "22.0" and ln["Test14 ours Py"] == "24.0"
+    assert rms["time ours Th"].startswith("10.0") and "(50.0%" in rms["time ours Th"]  # against Theano's LayerNorm
+    assert rms["time ours Py"].startswith("30.0") and "(25.0%" in rms["time ours Py"]  # against PyTorch's
+    assert "None of these runs" not in page
+
+
+def test_table2_runs_fill_neither_pair_and_the_page_says_how_to_get_table3s(tmp_path: Path):
+    write_run(tmp_path / "runs", "rnnsearch", "rmsnorm", 1, final={"test14_bleu": 21.0})
+    assert report_main([str(tmp_path / "runs"), "--table", "table3", "--out", str(tmp_path / "pages")]) == 0
+    page = (tmp_path / "pages" / "table3.md").read_text()
+    header = _row(page, "model")
+    rms = dict(zip(header, _row(page, "RMSNorm")))
+    assert rms["Test14 ours Th"] == "-" and rms["Test14 ours Py"] == "-" and rms["runs Th"] == "not run"
+    assert "None of these runs has either codebase's norm settings" in page and "make table3" in page
