@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from .aggregate import TRAIN_LOSS, Group, Run, Stat, group_runs, mean_curve, resolve_metric
 
@@ -113,38 +114,10 @@ def convergence_claim(groups: list[Group]) -> Claim:
 
 # One rule for every comparison of two groups of seeds ----------------------------------------------
 # A difference of means gets a Welch interval (each side's own variance; degrees of freedom by
-# Welch-Satterthwaite, rounded down, which widens the interval: the conservative side).
+# Welch-Satterthwaite; t quantiles from scipy.stats).
 DIFFERENCE_LEVEL = 0.95   # "is X better than Y": the 95% interval excludes 0
 EQUIVALENCE_LEVEL = 0.90  # "X matches Y within +-margin": the 90% interval lies inside (TOST at 5%)
 WITHIN_NOISE, BETTER, WORSE, TOO_FEW = "within noise", "better", "worse", "cannot tell (n < 2)"
-
-
-def t_quantile(p: float, df: int) -> float:
-    """The p-quantile (p in (0.5, 1)) of Student's t with an integer df >= 1: bisection on its CDF,
-    which for integer df is a finite sum (Abramowitz & Stegun 26.7.3-4)."""
-    def cdf(t: float) -> float:
-        theta = math.atan(t / math.sqrt(df))
-        c, s = math.cos(theta), math.sin(theta)
-        if df % 2:  # odd: 2 theta / pi + (2/pi) sin cos (1 + 2/3 cos^2 + ...)
-            term, total = c, c if df > 1 else 0.0
-            for k in range(1, (df - 1) // 2):
-                term *= c * c * (2 * k) / (2 * k + 1)
-                total += term
-            a = (2 / math.pi) * (theta + s * total)
-        else:       # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
-            term, total = 1.0, 1.0
-            for k in range(1, df // 2):
-                term *= c * c * (2 * k - 1) / (2 * k)
-                total += term
-            a = s * total
-        return 0.5 + 0.5 * a
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < p:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
 
 
 def difference_interval(x: Stat, base: Stat, level: float) -> tuple[float, float] | None:
@@ -155,8 +128,8 @@ def difference_interval(x: Stat, base: Stat, level: float) -> tuple[float, float
     diff, se = x.mean - base.mean, math.sqrt(va + vb)
     if se == 0:
         return diff, diff
-    df = max(1, math.floor((va + vb) ** 2 / (va ** 2 / (x.n - 1) + vb ** 2 / (base.n - 1))))
-    half = t_quantile(0.5 + level / 2, df) * se
+    df = (va + vb) ** 2 / (va ** 2 / (x.n - 1) + vb ** 2 / (base.n - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
     return diff - half, diff + half
 
 
