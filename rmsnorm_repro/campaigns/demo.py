@@ -98,7 +98,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
     lines += timings_table(timings)
 
     claims = all_claims([r for name in ("rnnsearch", "transformer", "reader", "retrieval", "convpool") for r in runs[name]],
-                        runs["rnnsearch-fig3"], runs["rnnsearch-fig4"], *load_speed(out))
+                        runs["rnnsearch-fig3"], runs["rnnsearch-fig4"], load_speed(out))
     lines += ["", "## The paper's claims at mini scale", "", *claims_markdown(claims, "at mini scale")]
 
     text, _ = table1.render(table1.compute(), table1.read_paper(), seed=0)

@@ -220,14 +220,14 @@ def runs_table(runs: list[Run]) -> list[str]:
 
 
 # The paper's translation claims on real language ---------------------------------------------------
-def small_claims(runs: list[Run], measured: dict | None = None, how: dict[str, str] | None = None,
+def small_claims(runs: list[Run], measured: dict | None = None,
                  bootstrap: dict[tuple[str, str], str] | None = None) -> list[Claim]:
     groups = group_runs(runs)
     claims = []
     claims += match_claims(groups, TASKS, {task: PRIMARY for task in TASKS}, bootstrap)
     claims.append(transformer_baseline_claim(groups, PRIMARY))
     claims.append(convergence_claim(groups))
-    claims += [c for c in speed_claims(groups, measured, how) if c.claim.startswith(TASKS)]
+    claims += [c for c in speed_claims(groups, measured) if c.claim.startswith(TASKS)]
     return claims
 
 
@@ -286,7 +286,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
     runs_root, fig_dir = out / "runs", out / "figures"
     runs = {task: runs_of(runs_root, task) for task in TASKS}
     everything = [run for task in TASKS for run in runs[task]]
-    measured, how = load_speed(out)
+    measured = load_speed(out)
     bootstrap = bootstrap_notes(group_runs(everything), out / "bootstrap.json", valid_references)
     lines = ["# Root Mean Square Layer Normalization: the small tier, real language (Multi30k En-De)", "",
              f"Written by `make small` (`python -m rmsnorm_repro.campaigns.small`) from {len(everything)} runs under "
@@ -307,7 +307,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
                   "minutes are in the tables below):"]
     lines += timings_table(timings)
 
-    lines += ["", "## The paper's translation claims on Multi30k", "", *claims_markdown(small_claims(everything, measured, how, bootstrap), "on Multi30k")]
+    lines += ["", "## The paper's translation claims on Multi30k", "", *claims_markdown(small_claims(everything, measured, bootstrap=bootstrap), "on Multi30k")]
     lines += ["", f"BLEU: sacreBLEU, detokenized, case-sensitive ({_signatures(everything)}), beam search with "
               "`task.decode.beam` on whole splits; the eval-step curves decode the first "
               "`task.decode.valid_sentences` sentences of the split that chooses the weights, greedy unless "
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                 save_timings(args.out, timings)
                 bar.write(f"small: {task} {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min; "
                           f"log: {log_path}")
-        if any(expected.values()) or load_speed(args.out)[0] is None:
+        if any(expected.values()) or not load_speed(args.out):
             print("small: timing LayerNorm, RMSNorm and pRMSNorm side by side at these sizes for the speed claims "
                   "(a few minutes)", flush=True)
             try:

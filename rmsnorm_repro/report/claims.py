@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 from scipy import stats
 
+from ..bench.paired import Measured, paired_speedup
 from .aggregate import TRAIN_LOSS, Group, Run, Stat, group_runs, mean_curve, resolve_metric
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "cannot tell"
@@ -243,28 +243,15 @@ def _fmt_time(group: Group) -> str:
     return text + (f" [{interval.lo:.1f}, {interval.hi:.1f}]" if interval is not None else "")
 
 
-SPEED_DRAWS = 2000  # bootstrap draws for a side-by-side speed-up's interval
-
-
-def side_by_side_speedup(times_x: list[float], times_ln: list[float]) -> tuple[float, float, float]:
-    """(speed-up, 95% lo, hi) of X over LayerNorm from step times measured side by side: 1 - median_X /
-    median_LN, its interval the percentiles over bootstrap draws of both sets of steps."""
-    x, ln = np.asarray(times_x, dtype=np.float64), np.asarray(times_ln, dtype=np.float64)
-    rng = np.random.default_rng(0)
-    draws = 1.0 - (np.median(rng.choice(x, (SPEED_DRAWS, len(x))), axis=1)
-                   / np.median(rng.choice(ln, (SPEED_DRAWS, len(ln))), axis=1))
-    lo, hi = np.percentile(draws, [2.5, 97.5])
-    return 1.0 - float(np.median(x) / np.median(ln)), float(lo), float(hi)
-
-
-def speed_claims(groups: list[Group], measured: dict[str, dict[str, list[float]]] | None = None,
-                 how: dict[str, str] | None = None) -> list[Claim]:
+def speed_claims(groups: list[Group], measured: dict[str, Measured] | None = None) -> list[Claim]:
     """RMSNorm (and pRMSNorm, where it ran) take less time per training step than LayerNorm, per task.
 
-    Judged only from step times measured side by side in one process (`measured`: {task: {norm: ms}},
-    bench.steps.side_by_side, described per task by `how`): holds when the speed-up's 95% interval lies above 0,
-    does not hold below it, "cannot tell" when it holds 0. The runs' own step times are shown, never
-    judged: runs train at different times, beside other jobs.
+    Judged only from step times measured side by side in one process (`measured`: bench.steps.read_speed
+    of a speed.json: the norms in balanced order on the same batches): holds when the paired speed-up's
+    95% interval (bench.steps.paired_speedup, rounds as blocks) lies above 0, does not hold below it,
+    "cannot tell" when it holds 0 or the times come from the old fixed-order design. The smallest speed-up
+    the measurement could decide is stated. The runs' own step times are shown, never judged: runs train
+    at different times, beside other jobs.
     """
     claims = []
     for task in TASK_ORDER:
@@ -279,18 +266,22 @@ def speed_claims(groups: list[Group], measured: dict[str, dict[str, list[float]]
                 continue
             shown = (f"the runs' own s / 1k steps (shown, not judged): LayerNorm {_fmt_time(ln)}, "
                      f"{group.label} {_fmt_time(group)}")
-            times = (measured or {}).get(task, {})
             claim = f"{task}: {group.label} is faster per step than LayerNorm"
-            if name not in times or "layernorm" not in times:
+            m = (measured or {}).get(task)
+            if m is None or name not in m.times_ms or "layernorm" not in m.times_ms:
                 claims.append(Claim(claim, UNSURE, "not measured side by side (`python -m rmsnorm_repro.bench --steps`); "
                                     + shown))
                 continue
-            gain, lo, hi = side_by_side_speedup(times[name], times["layernorm"])
-            verdict = UNSURE if lo <= 0 <= hi else HOLDS if lo > 0 else FAILS
+            if m.steps_per_round is None:
+                claims.append(Claim(claim, UNSURE, "measured in a fixed order, unpaired (a version-1 speed.json): "
+                                    "measure again to judge; " + shown))
+                continue
+            sp = paired_speedup(m.times_ms[name], m.times_ms["layernorm"], m.steps_per_round)
+            verdict = UNSURE if sp.lo <= 0 <= sp.hi else HOLDS if sp.lo > 0 else FAILS
             claims.append(Claim(claim, verdict, (
-                f"side by side{(how or {}).get(task, '')}: speed-up (T_LN - T_X) / T_LN = {gain:.1%}, 95% interval [{lo:.1%}, {hi:.1%}] "
-                f"over {len(times[name])} and {len(times['layernorm'])} steps" + ("; within noise" if verdict == UNSURE else "")
-                + f"; {shown}")))
+                f"side by side{m.how}: speed-up (T_LN - T_X) / T_LN = {sp.gain:.1%}, 95% interval [{sp.lo:.1%}, "
+                f"{sp.hi:.1%}] from {sp.rounds} rounds of {sp.steps} paired steps; the smallest speed-up it decides "
+                f"(80% of the time): {sp.resolution:.1%}" + ("; within noise" if verdict == UNSURE else "") + f"; {shown}")))
     return claims
 
 
@@ -354,14 +345,14 @@ def init_centre_claim(groups: list[Group]) -> Claim:
 
 
 def all_claims(main_runs: list[Run], p_runs: list[Run], init_runs: list[Run],
-               measured: dict[str, dict[str, list[float]]] | None = None, how: dict[str, str] | None = None) -> list[Claim]:
+               measured: dict[str, Measured] | None = None) -> list[Claim]:
     groups = group_runs(main_runs)
     return [
         *table1_claims(),
         convergence_claim(groups),
         *match_claims(groups),
         transformer_baseline_claim(groups),
-        *speed_claims(groups, measured, how),
+        *speed_claims(groups, measured),
         table5_claim(groups),
         p_claim(group_runs(p_runs), [g for g in groups if g.task == "rnnsearch"]),
         init_centre_claim(group_runs(init_runs)),

@@ -259,14 +259,22 @@ def test_timing_one_task_keeps_the_other_tasks_side_by_side_times(tmp_path, monk
     from rmsnorm_repro.bench import steps
     from rmsnorm_repro.campaigns import demo
 
+    from rmsnorm_repro.bench.paired import Measured
+
     (tmp_path / "speed.json").write_text(json.dumps({"how": " (earlier)", "times_ms": {
         "rnnsearch": {"layernorm": [2.0], "rmsnorm": [1.0]}, "transformer": {"layernorm": [9.0], "rmsnorm": [9.0]}}}))
-    assert demo.load_speed(tmp_path)[1] == {"rnnsearch": " (earlier)", "transformer": " (earlier)"}  # the old layout
-    monkeypatch.setattr(steps, "side_by_side", lambda tasks, *args: {t: {"layernorm": [4.0], "rmsnorm": [3.0]} for t in tasks})
+    assert {t: m.how for t, m in demo.load_speed(tmp_path).items()} == {"rnnsearch": " (earlier)", "transformer": " (earlier)"}
+    seen = {}
+
+    def timed(tasks, norms, scale, overrides, how=""):
+        seen["how"] = how
+        return {t: Measured({"layernorm": [4.0, 4.0], "rmsnorm": [3.0, 3.0]}, 1, f" (now, {how})") for t in tasks}
+    monkeypatch.setattr(steps, "side_by_side", timed)
     demo.measure_speed(tmp_path, ["transformer"], "small", [], threads=1)
-    times, how = demo.load_speed(tmp_path)
-    assert times == {"rnnsearch": {"layernorm": [2.0], "rmsnorm": [1.0]}, "transformer": {"layernorm": [4.0], "rmsnorm": [3.0]}}
-    assert how["rnnsearch"] == " (earlier)" and how["transformer"].startswith(" (one process, 1 thread(s), scale=small")
+    measured = demo.load_speed(tmp_path)
+    assert measured["rnnsearch"] == Measured({"layernorm": [2.0], "rmsnorm": [1.0]}, None, " (earlier)")  # version 1: kept
+    assert measured["transformer"].times_ms == {"layernorm": [4.0, 4.0], "rmsnorm": [3.0, 3.0]}
+    assert measured["transformer"].steps_per_round == 1 and seen["how"].startswith("1 thread(s), ")
 
 
 def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path, monkeypatch, capsys):

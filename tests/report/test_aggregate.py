@@ -11,6 +11,7 @@ import pytest
 import yaml
 from scipy import stats
 
+from rmsnorm_repro.bench.paired import Measured
 from rmsnorm_repro.report import aggregate, claims, tables
 from rmsnorm_repro.report.__main__ import main as report_main
 
@@ -175,16 +176,20 @@ def test_speed_verdicts_come_from_steps_timed_side_by_side(tmp_path):
         write_run(tmp_path, "rmsnorm", seed, s=70.0 + seed, ci=[68.0 + seed, 72.0 + seed])
         write_run(tmp_path, "prmsnorm", seed, s=70.0 + seed, ci=[68.0 + seed, 72.0 + seed])
     groups = aggregate.group_runs(aggregate.load_runs(tmp_path))
-    measured = {"transformer": {"layernorm": [100.0, 101.0, 99.0, 100.5, 99.5, 100.2],
-                                "rmsnorm": [90.0, 91.0, 89.0, 90.5, 89.5, 90.2],      # 10% faster, clearly
-                                "prmsnorm": [99.0, 102.0, 98.0, 101.5, 100.0, 100.1]}}  # no difference
-    speed = {c.claim: c for c in claims.speed_claims(groups, measured, {"transformer": " (test)"})}
+    times = {"layernorm": [100.0, 101.0, 99.0, 100.5, 99.5, 100.2],
+             "rmsnorm": [90.0, 91.0, 89.0, 90.5, 89.5, 90.2],      # 10% faster, clearly
+             "prmsnorm": [99.0, 102.0, 98.0, 101.5, 100.0, 100.1]}  # no difference
+    measured = {"transformer": Measured(times, 2, " (test)")}
+    speed = {c.claim: c for c in claims.speed_claims(groups, measured)}
     rms = speed["transformer: rmsnorm is faster per step than LayerNorm"]
     assert rms.verdict == claims.HOLDS and "side by side (test): speed-up (T_LN - T_X) / T_LN = 10.0%" in rms.numbers
-    assert "over 6 and 6 steps" in rms.numbers
+    assert "from 3 rounds of 2 paired steps; the smallest speed-up it decides" in rms.numbers
     prms = speed["transformer: prmsnorm is faster per step than LayerNorm"]
     assert prms.verdict == claims.UNSURE and "within noise" in prms.numbers
-    slower = {"transformer": {"layernorm": measured["transformer"]["rmsnorm"], "rmsnorm": measured["transformer"]["layernorm"]}}
+    slower = {"transformer": Measured({"layernorm": times["rmsnorm"], "rmsnorm": times["layernorm"]}, 2, "")}
+    # a speed.json of the old fixed-order design is read but judges nothing
+    old = {c.claim: c for c in claims.speed_claims(groups, {"transformer": Measured(times, None, "")})}
+    assert old["transformer: rmsnorm is faster per step than LayerNorm"].verdict == claims.UNSURE
     assert claims.speed_claims(groups, slower)[1].verdict == claims.FAILS
 
 
