@@ -198,10 +198,11 @@ def test_small_report_from_run_directories(tmp_path):
     assert "| none | 0 of 1 (1 diverged) | 120 | - | fails to train |" in text
     assert "| Table 4: the Transformer without normalization fails to train | **holds** | all 1 Baseline runs diverged |" in text
     # one seed a side: no interval, so no verdict (the same rule as the mini report's)
-    assert ("| rnnsearch: RMSNorm's test BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** | LayerNorm 31.00 "
+    # scored on valid_beam_bleu, the claim says valid, not test
+    assert ("| rnnsearch: RMSNorm's valid BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** | LayerNorm 31.00 "
             "(n=1), RMSNorm 31.40 (n=1) (`valid_beam_bleu`); difference +0.40; 1 seed(s) on one side: an interval "
             "needs 2+ seeds a side") in text
-    assert "| transformer: pRMSNorm's test BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** |" in text
+    assert "| transformer: pRMSNorm's valid BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** |" in text
     assert "## Every run" in text and "| rnnsearch | prmsnorm p=0.0625 | 1 | completed | 300 | - | - | 25.00 | 30.80 | 5.0 + 2.5 |" in text
     assert "transformer: rmsnorm is faster per step than LayerNorm" in text and "reader" not in text
     assert "5.0 + 2.5" in text  # minutes of training + final evaluation
@@ -236,7 +237,7 @@ def test_untrained_models_match_nothing(tmp_path):
     for norm in ("none", "layernorm", "rmsnorm"):
         fake_run(tmp_path / "runs", "transformer", norm, 1, {"valid_beam_bleu": 0.2}, 1000.0)
     claims = {c.claim: c for c in small.small_claims(small.runs_of(tmp_path / "runs", "transformer"))}
-    assert claims["transformer: RMSNorm's test BLEU matches LayerNorm's (within 1 BLEU)"].verdict == "cannot tell"
+    assert claims["transformer: RMSNorm's valid BLEU matches LayerNorm's (within 1 BLEU)"].verdict == "cannot tell"
     assert claims["Table 4: the Transformer without normalization fails to train"].verdict == "cannot tell"
 
 
