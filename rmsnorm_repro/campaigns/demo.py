@@ -23,7 +23,7 @@ from ..norms import table1
 from ..paths import configs_dir
 from ..report import figures as figs
 from ..report.aggregate import describe_env
-from ..report.claims import TASK_ORDER, all_claims, markdown as claims_markdown
+from ..report.claims import TASK_ORDER, judge, markdown as claims_markdown
 from ..report.tables import PAGES, render_page
 from .common import (ROOT, TimedBar, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of,
                      save_timings, timings_table)
@@ -97,8 +97,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              "scale with `make table4 SCALE=paper` (see README)."]
     lines += timings_table(timings)
 
-    claims = all_claims([r for name in ("rnnsearch", "transformer", "reader", "retrieval", "convpool") for r in runs[name]],
-                        runs["rnnsearch-fig3"], runs["rnnsearch-fig4"], load_speed(out))
+    claims = judge(everything, load_speed(out), table1=True)  # what `rmsnorm-report claims` prints for these runs
     lines += ["", "## The paper's claims at mini scale", "", *claims_markdown(claims, "at mini scale")]
 
     text, _ = table1.render(table1.compute(), table1.read_paper(), seed=0)

@@ -32,8 +32,7 @@ from omegaconf import OmegaConf
 
 from ..report import figures as figs
 from ..report.aggregate import TRAIN_LOSS, Group, Run, describe_env, group_runs
-from ..report.claims import Claim, convergence_claim, match_claims, speed_claims, transformer_baseline_claim
-from ..report.claims import markdown as claims_markdown
+from ..report.claims import judge, markdown as claims_markdown
 from .common import (ROOT, TimedBar, finished_at, load_speed, load_timings, measure_speed, run_logged, runs_of,
                      save_timings, timings_table)
 from ..report.significance import bootstrap_notes
@@ -49,9 +48,6 @@ TASKS = ("rnnsearch", "transformer")
 NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
 TITLES = {"rnnsearch": "RNNSearch (the paper's Tables 2 and 3, on Multi30k)",
           "transformer": "Transformer (the paper's Table 4, on Multi30k)"}
-# The BLEU the claims compare, the first every compared run has: a test set (the hub's `test` and the raw
-# layout's test_2016_flickr are the same 1,000 sentences), else the whole valid set, both with beam search.
-PRIMARY = ("test_bleu", "test_2016_flickr_bleu", "test_2017_flickr_bleu", "valid_beam_bleu")
 DEFAULT_DATA_ROOT = Path("data") / "multi30k"
 REFERENCE_RUNS = ROOT / "results" / "small" / "runs"  # the committed report's run records
 log = logging.getLogger(__name__)
@@ -219,18 +215,6 @@ def runs_table(runs: list[Run]) -> list[str]:
     return table(header, body)
 
 
-# The paper's translation claims on real language ---------------------------------------------------
-def small_claims(runs: list[Run], measured: dict | None = None,
-                 bootstrap: dict[tuple[str, str], str] | None = None) -> list[Claim]:
-    groups = group_runs(runs)
-    claims = []
-    claims += match_claims(groups, TASKS, {task: PRIMARY for task in TASKS}, bootstrap)
-    claims.append(transformer_baseline_claim(groups, PRIMARY))
-    claims.append(convergence_claim(groups))
-    claims += [c for c in speed_claims(groups, measured) if c.claim.startswith(TASKS)]
-    return claims
-
-
 # The page ------------------------------------------------------------------------------------------
 def _signatures(runs: list[Run]) -> str:
     return "; ".join(sorted({str(run.summary["bleu_signature"]) for run in runs if run.summary.get("bleu_signature")})) \
@@ -307,7 +291,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
                   "minutes are in the tables below):"]
     lines += timings_table(timings)
 
-    lines += ["", "## The paper's translation claims on Multi30k", "", *claims_markdown(small_claims(everything, measured, bootstrap=bootstrap), "on Multi30k")]
+    lines += ["", "## The paper's translation claims on Multi30k", "", *claims_markdown(judge(everything, measured, bootstrap), "on Multi30k")]
     lines += ["", f"BLEU: sacreBLEU, detokenized, case-sensitive ({_signatures(everything)}), beam search with "
               "`task.decode.beam` on whole splits; the eval-step curves decode the first "
               "`task.decode.valid_sentences` sentences of the split that chooses the weights, greedy unless "

@@ -236,7 +236,7 @@ def test_untrained_models_match_nothing(tmp_path):
     """Two runs that learned nothing (BLEU < 1) do not "match": the claim cannot tell."""
     for norm in ("none", "layernorm", "rmsnorm"):
         fake_run(tmp_path / "runs", "transformer", norm, 1, {"valid_beam_bleu": 0.2}, 1000.0)
-    claims = {c.claim: c for c in small.small_claims(small.runs_of(tmp_path / "runs", "transformer"))}
+    claims = {c.claim: c for c in small.judge(small.runs_of(tmp_path / "runs", "transformer"))}
     assert claims["transformer: RMSNorm's valid BLEU matches LayerNorm's (within 1 BLEU)"].verdict == "cannot tell"
     assert claims["Table 4: the Transformer without normalization fails to train"].verdict == "cannot tell"
 

@@ -193,11 +193,11 @@ def test_demo_report_states_each_claim_with_numbers(tmp_path: Path):
     speed = claims["rnnsearch: rmsnorm is faster per step than LayerNorm"]  # runs' times: shown, not judged
     assert "**cannot tell** | not measured side by side" in speed and "LayerNorm 675.0 ± 7.1 (n=2)" in speed
     assert "**holds** | none: M -3.00, S 3.00" in next(v for k, v in claims.items() if k.startswith("Table 5"))
-    # a line through (0.25, 19), (0.5, 20.5), (1, 20): change +0.75 over the range; its 90% interval (1 residual df
-    # and 4 from Table 2's seeds, whose best BLEU agree) reaches past +1: more runs would decide
+    # a line through Table 2's pRMSNorm seeds (0.0625, 20) x 2 and Figure 3's (0.25, 19), (0.5, 20.5), (1, 20): its 90%
+    # interval (3 residual df and 3 from the other RNNSearch groups' seeds, whose best BLEU agree) reaches past +1
     fig3 = claims["Fig. 3: pRMSNorm's best valid BLEU changes by less than 1 BLEU across p"]
-    assert "**cannot tell** | p=0.25: 19.00, p=0.5: 20.50, p=1: 20.00; the fitted change over p=0.25-1: +0.75" in fig3
-    assert "(5 df) vs +-1" in fig3
+    assert ("**cannot tell** | p=0.0625: 20.00, p=0.25: 19.00, p=0.5: 20.50, p=1: 20.00; the fitted change over "
+            "p=0.0625-1: +0.28, 90% interval [-0.73, +1.30] (6 df) vs +-1: more runs would decide") in fig3
     assert "**holds**" in next(v for k, v in claims.items() if k.startswith("Fig. 4"))
     assert "| rnnsearch | 0 | 1.5 |" in text  # the sweep's time
     for section in ("## Table 1", "## Table 2:", "## Table 5:", "## Figure 3:", "## Figure 4:"):
