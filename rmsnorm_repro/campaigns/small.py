@@ -3,6 +3,7 @@
     python -m rmsnorm_repro.campaigns.small                          # train both sweeps, then write the report
     python -m rmsnorm_repro.campaigns.small --data-root DIR --seeds 1,2,3 --jobs 2
     python -m rmsnorm_repro.campaigns.small --report-only            # rewrite results/small/REPORT.md from the runs
+    python -m rmsnorm_repro.campaigns.small --speed --data-root DIR  # time the norms side by side again, then rewrite it
 
 RNNSearch and the Transformer, each x {none, layernorm, rmsnorm, prmsnorm} x seeds, at scale=small
 (configs/task_scale/<task>/small.yaml: a fixed number of steps; minutes a run by CPU in docs/small_study.md).
@@ -341,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-minutes", type=float, default=None, help="train.max_minutes (default: the scale's)")
     parser.add_argument("--only", nargs="*", default=None, choices=TASKS, help="train only these tasks")
     parser.add_argument("--report-only", action="store_true", help="skip training; rewrite the report from the runs")
+    parser.add_argument("--speed", action="store_true",
+                        help="time the norms side by side again (speed.json) even when every run is finished")
     parser.add_argument("overrides", nargs="*", help="more overrides for every run (key=value)")
     args = parser.parse_args(argv)
     if args.jobs < 1 or (args.threads is not None and args.threads < 1):
@@ -379,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                 save_timings(args.out, timings)
                 bar.write(f"small: {task} {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min; "
                           f"log: {log_path}")
-        if any(expected.values()) or not load_speed(args.out):
+        if args.speed or any(expected.values()) or not load_speed(args.out):
             print("small: timing LayerNorm, RMSNorm and pRMSNorm side by side at these sizes for the speed claims "
                   "(a few minutes)", flush=True)
             try:

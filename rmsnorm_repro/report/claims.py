@@ -452,27 +452,36 @@ def p_claim(p_groups: list[Group], noise_groups: list[Group], margin: float = QU
     if max(v for _, v in points) < LEARNED_BLEU:
         return Claim(claim, UNSURE, f"{means}; no run reached BLEU {LEARNED_BLEU:g}: nothing learned to compare at "
                                     "this step count")
-    x, y = np.array([p for p, _ in points]), np.array([v for _, v in points])
-    slope, intercept = np.polyfit(x, y, 1)
-    ss, df = float(np.sum((y - (slope * x + intercept)) ** 2)), len(x) - 2
-    for g in noise_groups:
-        values = [v for run in g.completed if (v := run.metric("bleu", "best")) is not None]
-        if len(values) > 1:
-            ss, df = ss + float(np.var(values, ddof=0)) * len(values), df + len(values) - 1
-    span = max(ps) - min(ps)
-    change = float(slope) * span
-    if df < 1:
+    noise = [[v for run in g.completed if (v := run.metric("bleu", "best")) is not None] for g in noise_groups]
+    verdict, change, interval, df = p_trend([p for p, _ in points], [v for _, v in points], noise, margin)
+    if interval is None:
         return Claim(claim, UNSURE, f"{means}; change {change:+.2f}; no noise estimate (needs more runs than values of "
                                     "p, or Table 2 groups with 2+ seeds)")
+    text = (f"{means}; the fitted change over p={min(ps):g}-{max(ps):g}: {change:+.2f}, 90% interval "
+            f"[{interval[0]:+.2f}, {interval[1]:+.2f}] ({df} df) vs +-{margin:g}")
+    return Claim(claim, verdict, text + {HOLDS: ": inside", FAILS: ": outside", UNSURE: ": more runs would decide"}[verdict])
+
+
+def p_trend(ps: list[float], values: list[float], noise: list[list[float]], margin: float
+            ) -> tuple[str, float, tuple[float, float] | None, int]:
+    """Figure 3's rule on numbers: (verdict, fitted change over the range of ps, its 90% interval or None
+    without a noise estimate, degrees of freedom). The residual variance of the least-squares line is
+    pooled with each `noise` group's seed variance (same recipe, so the same noise)."""
+    x, y = np.asarray(ps, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    slope, intercept = np.polyfit(x, y, 1)
+    ss, df = float(np.sum((y - (slope * x + intercept)) ** 2)), len(x) - 2
+    for group in noise:
+        if len(group) > 1:
+            ss, df = ss + float(np.var(group)) * len(group), df + len(group) - 1
+    span = float(x.max() - x.min())
+    change = float(slope) * span
+    if df < 1:
+        return UNSURE, change, None, df
     half = float(stats.t.ppf(0.5 + EQUIVALENCE_LEVEL / 2, df)) * math.sqrt(ss / df) * span / math.sqrt(
         float(np.sum((x - x.mean()) ** 2)))
     lo, hi = change - half, change + half
-    text = (f"{means}; the fitted change over p={min(ps):g}-{max(ps):g}: {change:+.2f}, 90% interval [{lo:+.2f}, "
-            f"{hi:+.2f}] ({df} df) vs +-{margin:g}")
-    if -margin < lo and hi < margin:
-        return Claim(claim, HOLDS, text + ": inside")
-    return Claim(claim, FAILS if lo > margin or hi < -margin else UNSURE, text + (
-        ": outside" if lo > margin or hi < -margin else ": more runs would decide"))
+    verdict = HOLDS if -margin < lo and hi < margin else FAILS if lo > margin or hi < -margin else UNSURE
+    return verdict, change, (lo, hi), df
 
 
 def init_centre_claim(groups: list[Group], margin: float = QUALITY["rnnsearch"][2]) -> Claim:
@@ -498,12 +507,22 @@ def init_centre_claim(groups: list[Group], margin: float = QUALITY["rnnsearch"][
         return Claim(claim, UNSURE, numbers)
     if max(a.mean, b.mean) < LEARNED_BLEU:
         return Claim(claim, UNSURE, numbers + f"; neither reached BLEU {LEARNED_BLEU:g} at this step count")
-    interval = difference_interval(b, a, EQUIVALENCE_LEVEL)
+    verdict, interval = non_inferiority(b, a, margin)
     if interval is None:
         return Claim(claim, UNSURE, numbers + "; an interval needs 2+ seeds a side")
+    return Claim(claim, verdict, f"{numbers}; difference {b.mean - a.mean:+.2f}, 90% interval [{interval[0]:+.2f}, "
+                                 f"{interval[1]:+.2f}] vs -{margin:g}")
+
+
+def non_inferiority(x: Stat, base: Stat, margin: float) -> tuple[str, tuple[float, float] | None]:
+    """"x is no worse than base by more than margin" (higher is better): the one interval rule, Welch's 90%
+    interval of mean_x - mean_base; HOLDS above -margin, FAILS below it, UNSURE across it or without 2+
+    values a side (interval None)."""
+    interval = difference_interval(x, base, EQUIVALENCE_LEVEL)
+    if interval is None:
+        return UNSURE, None
     lo, hi = interval
-    text = f"{numbers}; difference {b.mean - a.mean:+.2f}, 90% interval [{lo:+.2f}, {hi:+.2f}] vs -{margin:g}"
-    return Claim(claim, HOLDS if lo > -margin else FAILS if hi < -margin else UNSURE, text)
+    return (HOLDS if lo > -margin else FAILS if hi < -margin else UNSURE), interval
 
 
 def init_centre(run: Run) -> float:
