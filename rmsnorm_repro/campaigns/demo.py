@@ -90,9 +90,12 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              "paper's; what can be compared is direction: which norm trains, which converges first, which is faster "
              "per step. A \"matches\" claim holds when the 90% interval of the difference of the seeds' means lies "
              "inside the task's margin, fails when it lies outside, and cannot tell otherwise (the small report uses "
-             "the same rule, report/claims.py). Speed claims are judged only from steps timed side by side in one "
-             "process after the sweeps (speed.json): the runs' own step times, from runs that shared the machine at "
-             "different times, are shown, not judged. pRMSNorm's 6.25% of a "
+             "the same rules, report/claims.py; each rule's error rates: docs/verdicts.md); a direction (below, "
+             "slower) holds when the 95% interval lies on the claimed side of 0. Speed claims are judged only from "
+             "steps timed side by side in one process after the sweeps (speed.json: the norms in balanced order on "
+             "the same batches, rounds as blocks), each stating the smallest speed-up it could decide: the runs' own "
+             "step times, from runs that shared the machine at different times, are shown, not judged. The claims "
+             "table is what `rmsnorm-report claims runs --speed speed.json --table1` prints. pRMSNorm's 6.25% of a "
              "mini layer is as few as 4 features (d = 64; the paper's layers give it 32 to 64), so its statistic is much noisier here than in the paper. Reproduce a table at the paper's "
              "scale with `make table4 SCALE=paper` (see README)."]
     lines += timings_table(timings)

@@ -285,8 +285,11 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]]) -> Path:
              "trains a fixed number of steps (`train.steps`), so every norm sees the same updates on any machine; "
              "minutes are reported beside them. A \"matches\" claim holds when the 90% interval of the difference "
              "of the seeds' means lies inside the margin, fails when it lies outside, and cannot tell otherwise (the "
-             "mini report uses the same rule); speed claims are judged only from steps timed side by side in one "
-             "process."]
+             "mini report uses the same rules; their error rates: docs/verdicts.md); speed claims are judged only "
+             "from steps timed side by side in one process (speed.json: the norms in balanced order on the same "
+             "batches, rounds as blocks, on the machine named there), each stating the smallest speed-up it could "
+             "decide. Each claim names the split it is scored on. The claims table is what `rmsnorm-report claims "
+             "runs --speed speed.json` prints."]
     if timings:  # a sweep that continued an earlier one trained only the runs it found missing
         lines += ["", "Each task's last `make small` sweep (it trains only the runs not yet finished; each run's own "
                   "minutes are in the tables below):"]
