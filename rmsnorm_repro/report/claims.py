@@ -2,7 +2,10 @@
 
 A verdict is "holds", "does not hold" or "cannot tell" (too few runs, or the runs are missing). The
 tests are stated in each function's docstring and in the line it returns, so a reader can disagree
-with a threshold knowing what it was.
+with a threshold knowing what it was. Each claim is framed as the paper frames it: a match (`equivalence`),
+a direction (`direction`, `all_directions`), a non-inferiority (Figure 4), a trend over p (Figure 3), a
+paired speed-up (bench/paired.py); report/calibrate.py measures each rule's error rates (docs/verdicts.md).
+`judge` gives every claim some runs bear on; `rmsnorm-report claims RUN_OR_DIR...` prints it (`main`).
 """
 from __future__ import annotations
 
