@@ -62,3 +62,28 @@ def test_speed_json_version_2_round_trips_and_version_1_still_reads(tmp_path):
     old = paired.read_speed(tmp_path / "old.json")
     assert old == {"rnnsearch": paired.Measured({"layernorm": [2.0]}, None, " (earlier)")}  # read, never judged
     assert paired.read_speed(tmp_path / "absent.json") == {}
+
+
+def test_interleaved_rounds_take_turns_step_by_step_on_the_same_batch(monkeypatch):
+    """bench.steps.run(interleave=True): every norm's model built once a round, then ABBA step by step, step s
+    of round r on batch s + r * steps for each norm; the record keeps round order (paired by index)."""
+    from rmsnorm_repro.bench import steps
+
+    calls = []
+
+    class FakeRun:
+        def __init__(self, task, norm, *args, **kwargs):
+            self.norm, self.batch = norm, ["train.batch_size=4"]
+            self.norms = type("N", (), {"describe": lambda self: {"impl_used": None}})()
+
+        def step(self, step):
+            calls.append((self.norm, step))
+            return (2.0 if self.norm == "layernorm" else 1.0), 0.5
+
+    monkeypatch.setattr(steps, "StepRun", FakeRun)
+    monkeypatch.setattr(steps, "paper_ratios", lambda task: {})
+    rows = steps.run(["reader"], ["layernorm", "rmsnorm"], rounds=2, steps=2, interleave=True, log=lambda *a: None)
+    timed = [c for c in calls if c[1] > 0]
+    assert timed == [("layernorm", 1), ("rmsnorm", 1), ("rmsnorm", 2), ("layernorm", 2),   # round 0: A B, then B A
+                     ("rmsnorm", 3), ("layernorm", 3), ("layernorm", 4), ("rmsnorm", 4)]   # round 1 starts with B
+    assert {row["norm"]: row["times_ms"] for row in rows} == {"layernorm": [2.0] * 4, "rmsnorm": [1.0] * 4}
