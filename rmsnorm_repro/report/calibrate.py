@@ -36,15 +36,15 @@ class Tier:
     seeds: int                # seeds a side for the quality, convergence and Figure 4 claims
     fig3_ps: tuple[float, ...]  # Figure 3's values of p (one seed each) besides Table 2's pRMSNorm seeds
     noise_groups: int         # Table 2's other groups pooled into Figure 3's noise
-    speed_steps: int          # steps a round of the side-by-side timing (rounds: 6 to 24, bench.steps)
+    speed_steps: int          # paired steps a round of the side-by-side timing (rounds: 6 to 24, bench.steps)
 
 
 # the seeds and steps each tier's campaign and presets use (campaigns/demo.py, campaigns/small.py,
 # configs/experiment/table2.yaml, fig3.yaml, fig4.yaml)
 TIERS = (
-    Tier("mini (make demo)", 2, (0.25, 1.0), 5, 4),
-    Tier("small (make small)", 2, (), 0, 4),
-    Tier("paper (the presets)", 3, tuple(p / 10 for p in range(1, 11)), 5, 4),
+    Tier("mini (make demo)", 2, (0.25, 1.0), 5, 8),
+    Tier("small (make small)", 2, (), 0, 8),
+    Tier("paper (the presets)", 3, tuple(p / 10 for p in range(1, 11)), 5, 8),
 )
 
 
