@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..atomic import atomic_write_text
+from ..report.paired import Measured, SpeedUnreadable, read_speed, write_speed
 from ..paths import repo_dir
 from ..report import figures as figs
 from ..report.aggregate import Run, load_runs
@@ -86,45 +87,35 @@ def save_timings(out: Path, timings: dict[str, tuple[int, float]]) -> None:
 
 def measure_speed(out: Path, tasks: list[str], scale: str, overrides: list[str], threads: int) -> None:
     """Step times of LayerNorm, RMSNorm and pRMSNorm measured side by side at the runs' sizes and thread
-    count (bench.steps.side_by_side) into <out>/speed.json: what the speed claims are judged on. Other
-    tasks' earlier measurements stay, each with its own description."""
+    count (bench.steps.side_by_side: balanced order, paired batches, rounds until a 5% speed-up is
+    decidable) into <out>/speed.json: what the speed claims are judged on. Other tasks' earlier
+    measurements stay, each with its own description."""
     import torch
 
     from ..bench import steps
     from ..host import cpu_name
 
-    rounds, count = 3, 4
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        times = steps.side_by_side(tasks, ["layernorm", "rmsnorm", "prmsnorm"], scale, overrides, rounds, count)
+        measured = steps.side_by_side(tasks, ["layernorm", "rmsnorm", "prmsnorm"], scale, overrides,
+                                      how=f"{threads} thread(s), {cpu_name()}, {datetime.now(timezone.utc):%Y-%m-%d}")
     finally:
         torch.set_num_threads(before)
-    how = (f" (one process, {threads} thread(s), scale={scale} sizes and batches, the norms in turn on the same "
-           f"batches, {rounds} rounds x {count} steps each; {cpu_name()}, {datetime.now(timezone.utc):%Y-%m-%d})")
-    kept_times, kept_how = load_speed(out)
-    kept = {task: (t, kept_how.get(task, "")) for task, t in (kept_times or {}).items() if task not in times}
-    atomic_write_text(out / "speed.json", json.dumps({
-        "how": {**{task: h for task, (_, h) in kept.items()}, **{task: how for task in times}},
-        "times_ms": {**{task: t for task, (t, _) in kept.items()}, **times}}, indent=1) + "\n")
+    write_speed(out / "speed.json", {**load_speed(out), **measured})
 
 
-def load_speed(out: Path, damaged: Damaged | None = None) -> tuple[dict[str, dict[str, list[float]]] | None, dict[str, str]]:
-    """<out>/speed.json's step times and, per task, how they were measured; (None, {}) when absent or
-    unreadable (then appended to `damaged`, when given). A file from before per-task descriptions (one for
-    all) reads as that one for each."""
+def load_speed(out: Path, damaged: Damaged | None = None) -> dict[str, Measured]:
+    """<out>/speed.json's side-by-side step times by task; {} when absent or unreadable (then appended to
+    `damaged`, when given, so the speed claims read not measured and the report says why)."""
     path = out / "speed.json"
-    if not path.exists():
-        return None, {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        times, how = data["times_ms"], data["how"]
-        return times, {task: how for task in times} if isinstance(how, str) else {k: str(v) for k, v in how.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        return read_speed(path)
+    except SpeedUnreadable as err:
         if damaged is not None:
-            damaged.append((path, f"cannot be read ({type(err).__name__}: {err}), so the speed claims read not "
-                                  "measured: measure again (run without --report-only), or delete it"))
-        return None, {}
+            damaged.append((path, f"cannot be read ({err}), so the speed claims read not measured: measure "
+                                  "again (run with --speed), or delete it"))
+        return {}
 
 
 def finished_at(runs: list[Run]) -> str:

@@ -3,6 +3,7 @@
     python -m rmsnorm_repro.campaigns.small                          # train both sweeps, then write the report
     python -m rmsnorm_repro.campaigns.small --data-root DIR --seeds 1,2,3 --jobs 2
     python -m rmsnorm_repro.campaigns.small --report-only            # rewrite results/small/REPORT.md from the runs
+    python -m rmsnorm_repro.campaigns.small --speed --data-root DIR  # time the norms side by side again, then rewrite it
 
 One multirun per task (Hydra composes a sweep over tasks with the default task first) of the four norms x
 seeds at scale=small, then side-by-side step times (<out>/speed.json), sacreBLEU's paired bootstrap per
@@ -27,8 +28,7 @@ from ..paths import configs_dir
 from ..record import ABSENT, flatten, shown_source
 from ..report import figures as figs
 from ..report.aggregate import TRAIN_LOSS, Group, Run, describe_env, group_runs
-from ..report.claims import Claim, convergence_claim, match_claims, speed_claims, transformer_baseline_claim
-from ..report.claims import markdown as claims_markdown
+from ..report.claims import judge, markdown as claims_markdown
 from ..report.significance import bootstrap_notes
 from ..report.tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
 from ..runner.optim import describe_schedule
@@ -39,9 +39,6 @@ TASKS = ("rnnsearch", "transformer")
 NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
 TITLES = {"rnnsearch": "RNNSearch (the paper's Tables 2 and 3, on Multi30k)",
           "transformer": "Transformer (the paper's Table 4, on Multi30k)"}
-# The BLEU the claims compare, the first every compared run has: a test set (the hub's `test` and the raw
-# layout's test_2016_flickr are the same 1,000 sentences), else the whole valid set, both with beam search.
-PRIMARY = ("test_bleu", "test_2016_flickr_bleu", "test_2017_flickr_bleu", "valid_beam_bleu")
 DEFAULT_DATA_ROOT = Path("data") / "multi30k"
 REFERENCE_RUNS = ROOT / "results" / "small" / "runs"  # the committed report's run records
 log = logging.getLogger(__name__)
@@ -209,18 +206,6 @@ def runs_table(runs: list[Run]) -> list[str]:
     return table(header, body)
 
 
-# The paper's translation claims on real language ---------------------------------------------------
-def small_claims(runs: list[Run], measured: dict | None = None, how: dict[str, str] | None = None,
-                 bootstrap: dict[tuple[str, str], str] | None = None) -> list[Claim]:
-    groups = group_runs(runs)
-    claims = []
-    claims += match_claims(groups, TASKS, {task: PRIMARY for task in TASKS}, bootstrap)
-    claims.append(transformer_baseline_claim(groups, PRIMARY))
-    claims.append(convergence_claim(groups))
-    claims += [c for c in speed_claims(groups, measured, how) if c.claim.startswith(TASKS)]
-    return claims
-
-
 # The page ------------------------------------------------------------------------------------------
 def _signatures(runs: list[Run]) -> str:
     return "; ".join(sorted({str(run.summary["bleu_signature"]) for run in runs if run.summary.get("bleu_signature")})) \
@@ -278,7 +263,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
     runs_root, fig_dir = out / "runs", out / "figures"
     runs = {task: runs_of(runs_root, task, damaged) for task in TASKS}
     everything = [run for task in TASKS for run in runs[task]]
-    measured, how = load_speed(out, damaged)
+    measured = load_speed(out, damaged)
     bootstrap = bootstrap_notes(group_runs(everything), out / "bootstrap.json", valid_references, damaged=damaged)
     lines = ["# Root Mean Square Layer Normalization: the small tier, real language (Multi30k En-De)", "",
              f"Written by `make small` (`python -m rmsnorm_repro.campaigns.small`) from {len(everything)} runs under "
@@ -292,15 +277,18 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
              "trains a fixed number of steps (`train.steps`), so every norm sees the same updates on any machine; "
              "minutes are reported beside them. A \"matches\" claim holds when the 90% interval of the difference "
              "of the seeds' means lies inside the margin, fails when it lies outside, and cannot tell otherwise (the "
-             "mini report uses the same rule); speed claims are judged only from steps timed side by side in one "
-             "process."]
+             "mini report uses the same rules; their error rates: docs/verdicts.md); speed claims are judged only "
+             "from steps timed side by side in one process (speed.json: the norms in balanced order on the same "
+             "batches, rounds as blocks, on the machine named there), each stating the smallest speed-up it could "
+             "decide. Each claim names the split it is scored on. The claims table is what `rmsnorm-report claims "
+             "runs --speed speed.json` prints."]
     lines += damaged_lines(damaged, out)
     if timings:  # a sweep that continued an earlier one trained only the runs it found missing
         lines += ["", "Each task's last `make small` sweep (it trains only the runs not yet finished; each run's own "
                   "minutes are in the tables below):"]
     lines += timings_table(timings)
 
-    lines += ["", "## The paper's translation claims on Multi30k", "", *claims_markdown(small_claims(everything, measured, how, bootstrap), "on Multi30k")]
+    lines += ["", "## The paper's translation claims on Multi30k", "", *claims_markdown(judge(everything, measured, bootstrap), "on Multi30k")]
     lines += ["", f"BLEU: sacreBLEU, detokenized, case-sensitive ({_signatures(everything)}), beam search with "
               "`task.decode.beam` on whole splits; the eval-step curves decode the first "
               "`task.decode.valid_sentences` sentences of the split that chooses the weights, greedy unless "
@@ -350,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-minutes", type=float, default=None, help="train.max_minutes (default: the scale's)")
     parser.add_argument("--only", nargs="*", default=None, choices=TASKS, help="train only these tasks")
     parser.add_argument("--report-only", action="store_true", help="skip training; rewrite the report from the runs")
+    parser.add_argument("--speed", action="store_true",
+                        help="time the norms side by side again (speed.json) even when every run is finished")
     parser.add_argument("overrides", nargs="*", help="more overrides for every run (key=value)")
     args = parser.parse_args(argv)
     if args.jobs < 1 or (args.threads is not None and args.threads < 1):
@@ -388,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                 save_timings(args.out, timings)
                 bar.write(f"small: {task} {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min; "
                           f"log: {log_path}")
-        if any(expected.values()) or load_speed(args.out)[0] is None:
+        if args.speed or any(expected.values()) or not load_speed(args.out):
             print("small: timing LayerNorm, RMSNorm and pRMSNorm side by side at these sizes for the speed claims "
                   "(a few minutes)", flush=True)
             try:

@@ -1,6 +1,7 @@
 """python -m rmsnorm_repro.report <runs dir> --table table4 (console script: rmsnorm-report).
 
-`rmsnorm-report compare RUN_OR_DIR...` compares any runs instead (report/compare.py), and
+`rmsnorm-report compare RUN_OR_DIR...` compares any runs instead (report/compare.py), `rmsnorm-report claims
+RUN_OR_DIR...` judges the paper's claims on any runs (report/claims.py), and
 `rmsnorm-report wandb-workspace --entity E --project P` builds the wandb comparison views (report/workspace.py).
 
 Reads every run under the directory (summary.json, config.yaml, metrics.jsonl), writes <table>.md
@@ -121,7 +122,7 @@ def log_to_wandb(written: dict[str, Path], drawn: dict[str, Path | None], runs_d
 
 
 # subcommands (`rmsnorm-report compare RUN_OR_DIR...`); without one, the paper's pages
-SUBCOMMANDS = {"compare": "rmsnorm_repro.report.compare", "wandb-workspace": "rmsnorm_repro.report.workspace"}
+SUBCOMMANDS = {"claims": "rmsnorm_repro.report.claims", "compare": "rmsnorm_repro.report.compare", "wandb-workspace": "rmsnorm_repro.report.workspace"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
     parser = argparse.ArgumentParser(prog="rmsnorm-report", description=__doc__.split("\n\n")[0],
                                      epilog="Subcommands (--help for each): rmsnorm-report compare RUN_OR_DIR...; "
+                                            "rmsnorm-report claims RUN_OR_DIR... [--speed speed.json]; "
                                             "rmsnorm-report wandb-workspace --entity E --project P.")
     parser.add_argument("runs_dir", type=Path, help="a directory of runs, searched recursively for summary.json")
     parser.add_argument("--table", action="append", required=True,

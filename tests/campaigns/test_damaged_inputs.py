@@ -73,7 +73,7 @@ def test_a_run_without_config_yaml_changes_no_verdict(study, capsys):
     before = verdicts(study / "REPORT.md")
     (study / RUN / "config.yaml").unlink()
     assert report_only(study, capsys)[0] == 0
-    assert verdicts(study / "REPORT.md") == before and ("rnnsearch: RMSNorm's test BLEU matches LayerNorm's "
+    assert verdicts(study / "REPORT.md") == before and ("rnnsearch: RMSNorm's valid BLEU matches LayerNorm's "
                                                         "(within 1 BLEU)", "holds") in before
 
 

@@ -199,10 +199,11 @@ def test_small_report_from_run_directories(tmp_path):
     assert "| none | 0 of 1 (1 diverged) | 120 | - | fails to train |" in text
     assert "| Table 4: the Transformer without normalization fails to train | **holds** | all 1 Baseline runs diverged |" in text
     # one seed a side: no interval, so no verdict (the same rule as the mini report's)
-    assert ("| rnnsearch: RMSNorm's test BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** | LayerNorm 31.00 "
+    # scored on valid_beam_bleu, the claim says valid, not test
+    assert ("| rnnsearch: RMSNorm's valid BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** | LayerNorm 31.00 "
             "(n=1), RMSNorm 31.40 (n=1) (`valid_beam_bleu`); difference +0.40; 1 seed(s) on one side: an interval "
             "needs 2+ seeds a side") in text
-    assert "| transformer: pRMSNorm's test BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** |" in text
+    assert "| transformer: pRMSNorm's valid BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** |" in text
     assert "## Every run" in text and "| rnnsearch | prmsnorm p=0.0625 | 1 | completed | 300 | - | - | 25.00 | 30.80 | 5.0 + 2.5 |" in text
     assert "transformer: rmsnorm is faster per step than LayerNorm" in text and "reader" not in text
     assert "5.0 + 2.5" in text  # minutes of training + final evaluation
@@ -236,8 +237,8 @@ def test_untrained_models_match_nothing(tmp_path):
     """Two runs that learned nothing (BLEU < 1) do not "match": the claim cannot tell."""
     for norm in ("none", "layernorm", "rmsnorm"):
         fake_run(tmp_path / "runs", "transformer", norm, 1, {"valid_beam_bleu": 0.2}, 1000.0)
-    claims = {c.claim: c for c in small.small_claims(small.runs_of(tmp_path / "runs", "transformer"))}
-    assert claims["transformer: RMSNorm's test BLEU matches LayerNorm's (within 1 BLEU)"].verdict == "cannot tell"
+    claims = {c.claim: c for c in small.judge(small.runs_of(tmp_path / "runs", "transformer"))}
+    assert claims["transformer: RMSNorm's valid BLEU matches LayerNorm's (within 1 BLEU)"].verdict == "cannot tell"
     assert claims["Table 4: the Transformer without normalization fails to train"].verdict == "cannot tell"
 
 
@@ -260,14 +261,22 @@ def test_timing_one_task_keeps_the_other_tasks_side_by_side_times(tmp_path, monk
     from rmsnorm_repro.bench import steps
     from rmsnorm_repro.campaigns import demo
 
+    from rmsnorm_repro.report.paired import Measured
+
     (tmp_path / "speed.json").write_text(json.dumps({"how": " (earlier)", "times_ms": {
         "rnnsearch": {"layernorm": [2.0], "rmsnorm": [1.0]}, "transformer": {"layernorm": [9.0], "rmsnorm": [9.0]}}}))
-    assert demo.load_speed(tmp_path)[1] == {"rnnsearch": " (earlier)", "transformer": " (earlier)"}  # the old layout
-    monkeypatch.setattr(steps, "side_by_side", lambda tasks, *args: {t: {"layernorm": [4.0], "rmsnorm": [3.0]} for t in tasks})
+    assert {t: m.how for t, m in demo.load_speed(tmp_path).items()} == {"rnnsearch": " (earlier)", "transformer": " (earlier)"}
+    seen = {}
+
+    def timed(tasks, norms, scale, overrides, how=""):
+        seen["how"] = how
+        return {t: Measured({"layernorm": [4.0, 4.0], "rmsnorm": [3.0, 3.0]}, 1, f" (now, {how})") for t in tasks}
+    monkeypatch.setattr(steps, "side_by_side", timed)
     demo.measure_speed(tmp_path, ["transformer"], "small", [], threads=1)
-    times, how = demo.load_speed(tmp_path)
-    assert times == {"rnnsearch": {"layernorm": [2.0], "rmsnorm": [1.0]}, "transformer": {"layernorm": [4.0], "rmsnorm": [3.0]}}
-    assert how["rnnsearch"] == " (earlier)" and how["transformer"].startswith(" (one process, 1 thread(s), scale=small")
+    measured = demo.load_speed(tmp_path)
+    assert measured["rnnsearch"] == Measured({"layernorm": [2.0], "rmsnorm": [1.0]}, None, " (earlier)")  # version 1: kept
+    assert measured["transformer"].times_ms == {"layernorm": [4.0, 4.0], "rmsnorm": [3.0, 3.0]}
+    assert measured["transformer"].steps_per_round == 1 and seen["how"].startswith("1 thread(s), ")
 
 
 def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path, monkeypatch, capsys):

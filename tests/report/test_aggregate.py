@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+from scipy import stats
 
+from rmsnorm_repro.report.paired import Measured
 from rmsnorm_repro.report import aggregate, claims, tables
 from rmsnorm_repro.report.__main__ import main as report_main
 
@@ -174,26 +177,33 @@ def test_speed_verdicts_come_from_steps_timed_side_by_side(tmp_path):
         write_run(tmp_path, "rmsnorm", seed, s=70.0 + seed, ci=[68.0 + seed, 72.0 + seed])
         write_run(tmp_path, "prmsnorm", seed, s=70.0 + seed, ci=[68.0 + seed, 72.0 + seed])
     groups = aggregate.group_runs(aggregate.load_runs(tmp_path))
-    measured = {"transformer": {"layernorm": [100.0, 101.0, 99.0, 100.5, 99.5, 100.2],
-                                "rmsnorm": [90.0, 91.0, 89.0, 90.5, 89.5, 90.2],      # 10% faster, clearly
-                                "prmsnorm": [99.0, 102.0, 98.0, 101.5, 100.0, 100.1]}}  # no difference
-    speed = {c.claim: c for c in claims.speed_claims(groups, measured, {"transformer": " (test)"})}
+    times = {"layernorm": [100.0, 101.0, 99.0, 100.5, 99.5, 100.2],
+             "rmsnorm": [90.0, 91.0, 89.0, 90.5, 89.5, 90.2],      # 10% faster, clearly
+             "prmsnorm": [99.0, 102.0, 98.0, 101.5, 100.0, 100.1]}  # no difference
+    measured = {"transformer": Measured(times, 2, " (test)")}
+    speed = {c.claim: c for c in claims.speed_claims(groups, measured)}
     rms = speed["transformer: rmsnorm is faster per step than LayerNorm"]
     assert rms.verdict == claims.HOLDS and "side by side (test): speed-up (T_LN - T_X) / T_LN = 10.0%" in rms.numbers
-    assert "over 6 and 6 steps" in rms.numbers
+    assert "from 3 rounds of 2 paired steps; the smallest speed-up it decides" in rms.numbers
     prms = speed["transformer: prmsnorm is faster per step than LayerNorm"]
     assert prms.verdict == claims.UNSURE and "within noise" in prms.numbers
-    slower = {"transformer": {"layernorm": measured["transformer"]["rmsnorm"], "rmsnorm": measured["transformer"]["layernorm"]}}
+    slower = {"transformer": Measured({"layernorm": times["rmsnorm"], "rmsnorm": times["layernorm"]}, 2, "")}
+    # a speed.json of the old fixed-order design is read but judges nothing
+    old = {c.claim: c for c in claims.speed_claims(groups, {"transformer": Measured(times, None, "")})}
+    assert old["transformer: rmsnorm is faster per step than LayerNorm"].verdict == claims.UNSURE
     assert claims.speed_claims(groups, slower)[1].verdict == claims.FAILS
 
 
 def test_one_verdict_rule_an_interval_against_the_margin():
     """Equivalence within +-margin from Welch's 90% interval; "cannot tell" names the seeds that would decide."""
     S = aggregate.Stat
-    assert [round(claims.t_quantile(p, df), 3) for p, df in ((0.95, 1), (0.95, 2), (0.975, 5), (0.95, 30))] == \
-        [6.314, 2.920, 2.571, 1.697]  # Student's t tables
+    # the interval is scipy's Welch interval of the same seeds
+    x, base = np.array([29.9, 30.2, 30.5]), np.array([29.8, 30.0, 30.2])
+    welch = stats.ttest_ind(x, base, equal_var=False).confidence_interval(0.90)
+    ours = claims.difference_interval(S(x.mean(), x.std(ddof=1), 3), S(base.mean(), base.std(ddof=1), 3), 0.90)
+    assert np.allclose(ours, (welch.low, welch.high))
     verdict, why = claims.equivalence(S(30.2, 0.3, 3), S(30.0, 0.2, 3), 1.0, " BLEU")
-    assert verdict == claims.HOLDS and "90% interval [-0.29, +0.69] vs +-1 BLEU: inside" in why
+    assert verdict == claims.HOLDS and "90% interval [-0.26, +0.66] vs +-1 BLEU: inside" in why
     assert claims.equivalence(S(27.0, 0.3, 3), S(30.0, 0.2, 3), 1.0)[0] == claims.FAILS
     verdict, why = claims.equivalence(S(30.2, 0.3, 2), S(30.0, 0.4, 2), 1.0, " BLEU")
     assert verdict == claims.UNSURE and "about 3 seeds a side would decide" in why
