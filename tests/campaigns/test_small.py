@@ -17,15 +17,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from rmsnorm_repro.campaigns import small
 from rmsnorm_repro.cli_errors import one_line
 from rmsnorm_repro.runner import run
 from rmsnorm_repro.tasks.translation.data import load_corpus
-from rmsnorm_repro.train import main
-from runner_fixtures.helpers import REPO, compose_cfg, read_summary, write_multi30k
+from runner_fixtures.helpers import REPO, compose_cfg, main_in_process, read_summary, write_multi30k
 
 # Configs ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("data", [["data=multi30k"], ["data=text", "data.root=/somewhere"]])
@@ -61,16 +59,8 @@ def test_multi30k_names_its_test_sets_and_takes_those_present():
 
 @pytest.mark.parametrize("task", ["reader", "retrieval", "convpool"])
 def test_other_tasks_at_scale_small_are_one_clear_line(task, tmp_path, monkeypatch, capsys):
-    for var in ("HYDRA_FULL_ERROR", "RMSNORM_FULL_ERROR"):
-        monkeypatch.setenv(var, "0")
-    monkeypatch.setattr(sys, "argv", ["rmsnorm-train", f"task={task}", "scale=small", f"paths.runs_dir={tmp_path}",
-                                      "hydra/job_logging=none", "hydra/hydra_logging=none"])
-    GlobalHydra.instance().clear()
-    with pytest.raises(SystemExit) as info:
-        main()
-    GlobalHydra.instance().clear()
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert info.value.code == 2 and len(err) == 1, err
+    code, err = main_in_process(monkeypatch, capsys, f"task={task}", "scale=small", f"paths.runs_dir={tmp_path}")
+    assert code == 2 and len(err) == 1, err
     assert err[0] == (f"error: scale=small exists for rnnsearch and transformer only, not task={task} "
                       f"(task={task} has scale=mini, paper)")
     assert not any(tmp_path.iterdir())

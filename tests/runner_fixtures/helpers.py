@@ -43,6 +43,25 @@ def cli_args(*overrides: str) -> list[str]:
     return [sys.executable, "-m", "rmsnorm_repro.train", *flags, SEARCHPATH, *(o for o in overrides if o not in flags)]
 
 
+def main_in_process(monkeypatch, capsys, *overrides: str) -> tuple[int | str | None, list[str]]:
+    """rmsnorm-train's main() in this process on the overrides, as a user's shell would run it (no
+    tracebacks asked for): its exit code and the non-blank lines it wrote to stderr."""
+    from rmsnorm_repro.train import main
+
+    for var in ("HYDRA_FULL_ERROR", "RMSNORM_FULL_ERROR"):
+        monkeypatch.setenv(var, "0")
+    monkeypatch.setattr(sys, "argv", ["rmsnorm-train", *overrides, "hydra/job_logging=none", "hydra/hydra_logging=none"])
+    GlobalHydra.instance().clear()
+    try:
+        main()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code
+    finally:
+        GlobalHydra.instance().clear()
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
 def cli(*overrides: str, env: dict[str, str] | None = None, cwd: Path = REPO, timeout: float = 120):
     return subprocess.run(cli_args(*overrides), env=env or cli_env(), cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)

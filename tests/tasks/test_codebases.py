@@ -2,15 +2,12 @@
 has no settings for refused in one line, and one table3 sweep giving each codebase its own runs."""
 from __future__ import annotations
 
-import sys
 
 import pytest
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from rmsnorm_repro.tasks.codebases import refusal
-from rmsnorm_repro.train import main
-from runner_fixtures.helpers import cli, compose_cfg
+from runner_fixtures.helpers import cli, compose_cfg, main_in_process
 from tiny_sizes import tiny_overrides
 
 # (eps, eps inside the root, offset): bzhangGo/rmsnorm README.md:118-131 (Theano layer_norm) and
@@ -36,16 +33,8 @@ def test_layernorm_is_the_same_in_every_codebase(codebase):
 
 
 def test_a_codebase_the_task_has_no_settings_for_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
-    for var in ("HYDRA_FULL_ERROR", "RMSNORM_FULL_ERROR"):
-        monkeypatch.setenv(var, "0")
-    monkeypatch.setattr(sys, "argv", ["rmsnorm-train", "task=convpool", "codebase=theano", f"paths.runs_dir={tmp_path}",
-                                      "hydra/job_logging=none", "hydra/hydra_logging=none"])
-    GlobalHydra.instance().clear()
-    with pytest.raises(SystemExit) as info:
-        main()
-    GlobalHydra.instance().clear()
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert info.value.code == 2
+    code, err = main_in_process(monkeypatch, capsys, "task=convpool", "codebase=theano", f"paths.runs_dir={tmp_path}")
+    assert code == 2
     assert err == ["error: codebase=theano sets norm settings for task=rnnsearch only, not task=convpool: drop "
                    "codebase= (task=convpool runs its own settings)"], err
 
