@@ -541,7 +541,9 @@ def judge(runs: list[Run], measured: dict[str, Measured] | None = None,
     verdict and numbers: the claims of the tasks the runs trained, Figure 4's from runs with a shifted
     init centre, Figure 3's from the RNNSearch pRMSNorm runs at every p (noise pooled with the other
     RNNSearch groups); `table1` adds Table 1's rows (computed, not trained). What the mini and small
-    reports and `rmsnorm-report claims` print."""
+    reports and `rmsnorm-report claims` print. Table 3's runs (codebase=theano|pytorch: the authors' two
+    implementations' norm settings) have their page; the claims are judged on the suite's own recipe."""
+    runs = [run for run in runs if not run.config.get("codebase")]
     shifted = [run for run in runs if init_centre(run) != 0.0]
     plain = [run for run in runs if init_centre(run) == 0.0]
     groups, tasks = group_runs(plain), {run.task for run in runs}

@@ -21,10 +21,10 @@ def test_demo_says_its_runs_sweeps_place_and_time_before_it_starts(tmp_path: Pat
     measured = demo.load_speed(tmp_path / "mini")
     assert {task: sorted(m.times_ms) for task, m in measured.items()} == {
         task: ["layernorm", "prmsnorm", "rmsnorm"] for task in demo.TASK_ORDER}
-    # 12 rnnsearch (6 norms x 2 seeds) + 8 transformer + 5 reader + 4 retrieval + 6 convpool + 2 fig3 + 4 fig4
+    # 12 rnnsearch (6 norms x 2 seeds) + 8 transformer + 5 reader + 4 retrieval + 6 convpool + 16 table3 + 2 fig3 + 4 fig4
     minutes = sum(demo.EXPECTED_MINUTES.values())
-    assert captured.out.startswith(f"demo: 41 runs in 7 sweeps (rnnsearch, transformer, reader, retrieval, convpool, "
-                                   f"rnnsearch-fig3, rnnsearch-fig4) into {tmp_path / 'mini' / 'runs'}, 2 at a time, "
+    assert captured.out.startswith(f"demo: 57 runs in 8 sweeps (rnnsearch, transformer, reader, retrieval, convpool, "
+                                   f"rnnsearch-table3, rnnsearch-fig3, rnnsearch-fig4) into {tmp_path / 'mini' / 'runs'}, 2 at a time, "
                                    f"about {minutes:.0f} minutes")
     assert ran == [s.name for s in demo.SWEEPS]
     assert "demo: reader done in 0.0 min" in captured.err and "so far, about" in captured.err  # the bar

@@ -92,3 +92,17 @@ def test_claims_subcommand_refuses_mixed_scales_and_missing_paths(tmp_path, caps
     assert "runs of several scales or data sets (mini on synthetic; small on synthetic)" in err and "Traceback" not in err
     assert report_main(["claims", str(tmp_path / "nowhere")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_table3s_codebase_runs_change_no_claim(tmp_path):
+    """Table 3's runs (codebase=theano|pytorch) beside Table 2's in one folder: the claims stay Table 2's."""
+    runs = rnnsearch_runs(tmp_path, {"layernorm": [22.5, 22.7], "rmsnorm": [22.4, 22.5], "prmsnorm": [22.3, 22.6]})
+    before = [(c.claim, c.verdict, c.numbers) for c in claims.judge(runs)]
+    for norm, bleu in (("rmsnorm", 10.0), ("prmsnorm", 9.0)):
+        for seed in (1, 2):
+            run = write_run(tmp_path, "rnnsearch", norm, seed, p=0.0625 if norm == "prmsnorm" else 1.0,
+                            final={"test_bleu": bleu}, best={"bleu": bleu}, model={"hidden": 8, "codebase_run": True})
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            (run / "config.yaml").write_text(yaml.safe_dump({**config, "codebase": "theano"}))
+    assert len(aggregate.load_runs(tmp_path)) == len(runs) + 4
+    assert [(c.claim, c.verdict, c.numbers) for c in claims.judge(aggregate.load_runs(tmp_path))] == before
