@@ -395,6 +395,12 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
                      "the same way. [lo, hi]: a 95% interval (one run: the bootstrap interval of its median; "
                      "several: a bootstrap over the runs and their intervals), for the speed-up too; \"within "
                      "noise\" when that interval holds 0. Runs that did not record an interval show none.  ")
+        cuda_fp32 = [r for r in runs if str(r.summary.get("env", {}).get("device", "")).startswith("cuda")
+                     and r.summary["env"].get("precision", "fp32") == "fp32"]
+        if cuda_fp32:
+            tf32 = sum(bool(r.summary["env"].get("tf32")) for r in cuda_fp32)
+            lines.append(f"TF32: {tf32} of our {len(cuda_fp32)} fp32 CUDA runs ran their products on TF32 cores "
+                         "(`train.tf32`); the paper's fp32 times had none (its GPUs predate TF32).  ")
     if page.task == "reader":
         lines.append(f"Reader passages (every number on this page): {reader_passages(runs)}.  ")
     if page.task in ("rnnsearch", "transformer"):

@@ -49,3 +49,16 @@ def test_table2_runs_fill_neither_pair_and_the_page_says_how_to_get_table3s(tmp_
     rms = dict(zip(header, _row(page, "RMSNorm")))
     assert rms["Test14 ours Th"] == "-" and rms["Test14 ours Py"] == "-" and rms["runs Th"] == "not run"
     assert "None of these runs has either codebase's norm settings" in page and "make table3" in page
+
+
+def test_a_time_page_of_fp32_cuda_runs_says_whether_they_ran_on_tf32(tmp_path: Path):
+    """The paper's fp32 GPU times had no TF32; ours on CUDA do by default (train.tf32): the page says so."""
+    for norm, tf32 in (("layernorm", True), ("rmsnorm", False)):
+        write_run(tmp_path / "runs", "convpool", norm, 1, final={"error": 10.0},
+                  env={"torch": "2.14.1", "device": "cuda:0", "device_name": "H100", "precision": "fp32", "tf32": tf32})
+    assert report_main([str(tmp_path / "runs"), "--table", "table10", "--out", str(tmp_path / "pages")]) == 0
+    page = (tmp_path / "pages" / "table10.md").read_text()
+    assert "TF32: 1 of our 2 fp32 CUDA runs ran their products on TF32 cores" in page
+    write_run(tmp_path / "cpu", "convpool", "layernorm", 1, final={"error": 10.0})
+    assert report_main([str(tmp_path / "cpu"), "--table", "table10", "--out", str(tmp_path / "cpu_pages")]) == 0
+    assert "TF32" not in (tmp_path / "cpu_pages" / "table10.md").read_text()
