@@ -1,28 +1,9 @@
-"""Read run directories (README "What one run writes") and aggregate them over seeds.
+"""Run directories (a summary.json each; docs/runs.md) read and aggregated over seeds: the library every
+page, figure, claim and comparison reads runs through. It knows the file contract, never a task's internals.
 
     runs = load_runs("results/runs/multirun/rnnsearch/synthetic-mini")
     for group in group_runs(runs):
         print(group.label, group.stat("test_bleu"), group.time())
-
-A run is any directory holding a summary.json; its config.yaml and metrics.jsonl are read when
-present. Runs are grouped by (task, norm, p) plus every config key that was swept (a key whose value
-differs between runs that share task, norm and p, such as task.model.init_center), so seeds are
-the only thing a group averages over. A key a run's config.yaml lacks is filled as the run trained
-(record.filled_config), and a key still absent differs from nothing, as a resume treats it.
-Nothing here knows a task's internals: only the file contract.
-
-A file that cannot be read, or holds JSON/YAML of the wrong shape, is a one-line ValueError naming
-it. A directory with metrics.jsonl or config.yaml but no summary.json is a run in progress (or one
-killed before it could write its summary): `load_runs(...).in_progress` lists them. A "completed"
-summary without a step count or a "final" object counts as "without numbers", not as a run.
-
-Step times. `s_per_1k_steps` is each run's median step time (seconds per 1000 steps; summaries
-written before the median was used hold the mean), and `s_per_1k_steps_ci95` a bootstrap 95%
-interval of that median. A group's time is the mean over its runs; its interval is that run's own
-for a single run, else a two-level bootstrap: draw the runs with replacement, draw each drawn run's
-median from its own interval (a normal on each side of the median, matching the interval's ends),
-average. The speed-up (T_LN - T_X) / T_LN gets its interval the same way, from joint draws of both
-groups. Intervals need every run's `s_per_1k_steps_ci95`; older summaries get none.
 """
 from __future__ import annotations
 
@@ -296,8 +277,9 @@ class Group:
         return Stat.of(run.summary["s_per_1k_steps"] for run in self.timed())
 
     def time_interval(self) -> Interval | None:
-        """95% interval of time().mean: a single run's own interval of its median, else the bootstrap
-        over runs described in the module docstring; None unless every timed run has an interval."""
+        """95% interval of time().mean: a single run's own interval of its median, else a two-level
+        bootstrap (_time_draws: runs drawn with replacement, each drawn run's median from its own interval);
+        None unless every timed run has an interval (older summaries have none)."""
         timed = self.timed()
         if not timed or any(run.time_ci is None for run in timed):
             return None
@@ -317,7 +299,10 @@ class Group:
 
 
 def group_runs(runs: list[Run]) -> list[Group]:
-    """Groups in the paper's order: by task, then norm (NORM_ORDER), p and swept values."""
+    """Groups in the paper's order: by task, then norm (NORM_ORDER), p and every swept key (one whose value
+    differs between runs of the same task, norm and p), so seeds are all a group averages over. A key a run's
+    config.yaml lacks is filled as the run trained (record.filled_config); one still absent differs from
+    nothing, as a resume treats it."""
     keys = swept_keys(runs)
     groups: dict[tuple, Group] = {}
     for run in runs:
