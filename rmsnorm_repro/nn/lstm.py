@@ -1,29 +1,6 @@
-"""LSTM with the norm placement of the attentive reader the paper used (Cooijmans et al.'s code).
-
-One step, with n_x, n_h, n_c the three norms the factory hands out (docs/paper.md section 2):
-
-    gates = n_x(W_x x_t) + n_h(W_h h_{t-1}) + b          # two norms over all 4H gate inputs jointly
-    i, f, g, o = split(gates)
-    c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)
-    h_t = sigmoid(o) * tanh(n_c(c_t))                     # the cell state normalized before its tanh
-
-The norms come from `norms.step_norm(dim, max_steps)`, so norm=batchnorm gives BN-LSTM with
-statistics per time step and the others one shared norm. The input projection and its norm do
-not depend on the state: they run once over the whole sequence, outside the time loop.
-
-Options that follow the code the paper's authors ran (Cooijmans' Attentive_reader branch bn, with
-the authors' rlnlstm_layer from bzhangGo/rmsnorm layers.py):
-  input_bias="both"   gates = n_x(W_x x_t + b) + n_h(W_h h_{t-1}) + b: their lstm_state_below is
-                      dot(x, W) + b, normalized, and `preact` adds b again (under norm=none: 2b)
-  learn_h0=True       a learned initial state h_0 per direction (zeros at init; c_0 stays 0)
-  init="cooijmans"    square blocks 0.05 x orthogonal (utils.ortho_weight(scale=0.05)), the other
-                      blocks U(-r, r), r = sqrt(6 / (fan_in + fan_out + 1)) (utils.norm_weight)
-  forget_bias         their code starts every bias at 0
-
-Padding: `mask` is True on real tokens and must be a prefix (real tokens first). At a padded step
-the state is kept, so appending padding changes no output at real positions and no final state.
-The backward direction reads each sequence reversed within its own length, so its step t is the
-t-th real token from the end whatever the padding (per-step BatchNorm statistics line up too).
+"""LSTM with the norm placement of the attentive reader the paper used (Cooijmans et al.'s code): two
+norms over the gate inputs, one over the cell state before its tanh (NormLSTM's docstring; docs/paper.md
+section 2). norm=batchnorm gives BN-LSTM, statistics per time step (`norms.step_norm`).
 """
 from __future__ import annotations
 
@@ -113,6 +90,23 @@ class NormLSTM(nn.Module):
     """(Bi)directional normalized LSTM, batch first: forward(x (B, T, I), mask (B, T)) ->
     (outputs (B, T, H * dirs), last (B, H * dirs)). `last` is the state after the last real token
     (forward) and after the first one (backward); outputs are 0 at padded positions (as NormGRU's).
+
+    One step, with n_x, n_h, n_c the three norms the factory hands out:
+
+        gates = n_x(W_x x_t) + n_h(W_h h_{t-1}) + b          # two norms over all 4H gate inputs jointly
+        i, f, g, o = split(gates)
+        c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)
+        h_t = sigmoid(o) * tanh(n_c(c_t))                     # the cell state normalized before its tanh
+
+    The input projection and its norm do not depend on the state: they run once over the whole sequence,
+    outside the time loop. Options that follow the authors' code (Cooijmans' Attentive_reader branch bn with
+    bzhangGo/rmsnorm's rlnlstm_layer; docs/recipes.md, reader): input_bias="both" (their b inside n_x and
+    again after it), learn_h0 (a learned h_0 per direction, c_0 = 0), init="cooijmans" (cooijmans_matrix),
+    forget_bias (theirs: 0).
+
+    `mask` is True on real tokens, a prefix of each row: at a padded step the state is kept, so padding
+    changes no output at real positions; the backward direction reads each sequence reversed within its own
+    length (its step t is the t-th real token from the end, per-step BatchNorm statistics line up too).
     """
 
     def __init__(
