@@ -51,10 +51,10 @@ SWEEPS = (
     Sweep("rnnsearch-fig3", "fig3", ("norm.p=0.25,1.0",)),
     Sweep("rnnsearch-fig4", "fig4", ()),
 )
-# minutes each sweep took for the committed results/mini/REPORT.md (2-core AMD EPYC, 2 jobs): the
-# progress bar's estimate until a sweep has a time of its own (runs/logs/timings.json)
+# minutes each sweep took on a quiet 2-core AMD EPYC, 2 jobs (rnnsearch-table3: 14 of its 16 runs in 2.8 min
+# on a 2-core Xeon): the progress bar's estimate until a sweep has a time of its own (runs/logs/timings.json)
 EXPECTED_MINUTES = {"rnnsearch": 9.5, "transformer": 2.6, "reader": 0.8, "retrieval": 0.5, "convpool": 1.2,
-                    "rnnsearch-table3": 12.0, "rnnsearch-fig3": 1.1, "rnnsearch-fig4": 2.4}
+                    "rnnsearch-table3": 3.2, "rnnsearch-fig3": 1.1, "rnnsearch-fig4": 2.4}
 # report section -> the sweep whose runs it reads
 PAGE_SWEEP = {"table2": "rnnsearch", "table3": "rnnsearch-table3", "table4": "transformer", "table5": "rnnsearch",
               "table6": "reader", "table7": "retrieval", "table8": "retrieval", "table9": "convpool",
