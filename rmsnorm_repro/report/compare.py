@@ -421,7 +421,12 @@ def write(c: Comparison, out: Path) -> tuple[Path, str]:
     figure = draw(c, out / "compare.png")
     text = render(c, out, figure)
     path = out / "compare.md"
-    atomic_write_text(path, text)
+    try:
+        atomic_write_text(path, text)
+    except OSError:
+        if figure is not None:
+            figure.unlink(missing_ok=True)  # never a figure without the page that names its runs
+        raise
     return path, text
 
 

@@ -69,3 +69,15 @@ def test_wandb_workspace_spec_that_cannot_be_written_is_one_line(tmp_path, capsy
     assert report_main(["wandb-workspace", "--entity", "e", "--project", "p", "--offline", "--spec", str(target)]) == 2
     err = one_line(capsys.readouterr().err)
     assert "--spec" in err
+
+
+def test_a_page_that_cannot_be_written_leaves_no_figure_behind(tmp_path, capsys, monkeypatch):
+    """Audit case 35: compare.png without compare.md in the same folder."""
+    from rmsnorm_repro.report import compare
+
+    def refuse(path, text):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+    monkeypatch.setattr(compare, "atomic_write_text", refuse)
+    assert report_main(["compare", str(runs(tmp_path)), "--out", str(tmp_path / "out")]) == 2
+    one_line(capsys.readouterr().err)
+    assert not (tmp_path / "out" / "compare.png").exists()
