@@ -302,10 +302,10 @@ def lock_holder(run_dir: str | os.PathLike) -> int | None:
     return None
 
 
-def busy(run_dir: Any, holder: int | None) -> str:
+def busy(run_dir: Any, holder: int | None, choose: str = "hydra.run.dir") -> str:
     """The one line refusing a second process on a run folder that a training process holds."""
     return (f"another process{f' (pid {holder})' if holder else ''} is running in {run_dir}: wait for it to end, "
-            "or choose another hydra.run.dir")
+            f"or choose another {choose}")
 
 
 # summary.json -------------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""A single run refused before Hydra touches a folder another process trains in.
+"""A run or sweep refused before Hydra touches a folder another process trains in.
 
-Hydra writes .hydra/ (the command's overrides) and opens train.log in the run folder before the run
+Hydra writes .hydra/ (the command's overrides) and opens train.log in a run folder before the run
 takes its lock (runner/setup.RunDirLock), so a refused second process would still rewrite the first
-run's record of its command. This callback (configs/train.yaml, hydra.callbacks) asks first.
+run's record of its command. This callback (configs/train.yaml, hydra.callbacks) asks first: for a
+single run, its folder; for a sweep, every job folder already in its sweep folder (a second sweep into
+one folder runs the same jobs: a job of this machine training there refuses the whole sweep).
 """
 from __future__ import annotations
 
@@ -26,3 +28,12 @@ class RefuseBusyRunDir(Callback):
         if holder is not None:
             print(f"error: {busy(run_dir, holder)}", file=sys.stderr, flush=True)
             sys.exit(2)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir()) if sweep_dir.is_dir() else []
+        for job_dir in jobs:
+            holder = lock_holder(job_dir)
+            if holder is not None:
+                print(f"error: {busy(job_dir, holder, 'hydra.sweep.dir')}", file=sys.stderr, flush=True)
+                sys.exit(2)

@@ -18,3 +18,19 @@ def test_a_refused_second_process_leaves_the_first_runs_hydra_files_alone(tmp_pa
     assert "another process" in proc.stderr and "is running in" in proc.stderr
     assert (run_dir / ".hydra" / "overrides.yaml").read_text() == first
     assert not (run_dir / "train.log").exists()
+
+
+def test_a_sweep_into_a_folder_where_a_job_trains_is_refused_before_hydra_writes(tmp_path):
+    """Audit case 31 for sweeps: a second sweep into the same sweep folder, while one of its jobs trains."""
+    sweep_dir = tmp_path / "sweep"
+    job_dir = sweep_dir / "seed=1"
+    (job_dir / ".hydra").mkdir(parents=True)
+    first = "- task=tiny\n- seed=1\n"
+    (job_dir / ".hydra" / "overrides.yaml").write_text(first)
+    with open(job_dir / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first sweep's job, training
+        proc = cli("-m", "task=tiny", "seed=1,2", f"hydra.sweep.dir={sweep_dir}")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert "is running in" in proc.stderr and "hydra.sweep.dir" in proc.stderr
+    assert (job_dir / ".hydra" / "overrides.yaml").read_text() == first
+    assert not (job_dir / "train.log").exists() and not (sweep_dir / "seed=2").exists()
