@@ -1,30 +1,5 @@
-"""ConvPool-CNN-C (Springenberg et al. 2015) as Salimans & Kingma (2016) trained it on CIFAR-10.
-
-    input noise N(0, 0.15^2) (training only)
-    3 x [conv3x3-96 pad 1, norm, LeakyReLU 0.1]     maxpool 2, dropout 0.5
-    3 x [conv3x3-192 pad 1, norm, LeakyReLU 0.1]    maxpool 2, dropout 0.5
-    conv3x3-192 valid, 2 x conv1x1-192 (each with norm, LeakyReLU 0.1)
-    global average pool, dense 10, norm (norm_logits)
-
-Salimans' train.py wraps all ten layers in its `normalizer` (the nine convs and the dense layer),
-and the authors' README adds `normalizer = nn.rms_norm(l)`, whose `rms_norm` (like Salimans'
-`batch_norm`, `weight_norm` and `no_norm`) deletes the wrapped layer's bias and puts the norm, then
-a per-unit gain and bias, then the nonlinearity after it. So here:
-
-- every conv is followed by `norms.channels(c)` before its LeakyReLU, and the conv has a bias only
-  when that norm has no offset of its own (norm=none, weightnorm: the wrapper's bias b, in the same
-  place as a conv bias); under RMSNorm, LayerNorm and BatchNorm the offset after the norm is the
-  only bias, as in the authors' RMSNormLayer;
-- with norm_logits (the default) the 10 logits are normalized too, with `norms.act(10)`: RMSNorm
-  over the 10 class scores (the authors' RMSNormLayer sums over axis 1 of a dense layer's output),
-  LayerNorm over them, BatchNorm per logit over the batch (Salimans' BatchNormLayer, axes 0);
-  pRMSNorm at p = 12.5% takes its RMS from the first k = ceil(10 * 0.125) = 2 logits (the authors'
-  floor would give 1). The dense layer has a bias only when that norm has no offset.
-  norm_logits=false gives plain logits (W g + b) under every norm.
-
-The convs come from norms.conv2d and the dense layer from norms.linear, so WeightNorm
-reparameterizes all ten layers.
-"""
+"""ConvPool-CNN-C (Springenberg et al. 2015) as Salimans & Kingma (2016) trained it on CIFAR-10, with the
+norm placement of the authors' code (ConvPoolCNNC's docstring)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -44,6 +19,34 @@ def has_offset(norm: nn.Module) -> bool:
 
 
 class ConvPoolCNNC(nn.Module):
+    """The network, with the norm where the authors' code puts it:
+
+        input noise N(0, 0.15^2) (training only)
+        3 x [conv3x3-96 pad 1, norm, LeakyReLU 0.1]     maxpool 2, dropout 0.5
+        3 x [conv3x3-192 pad 1, norm, LeakyReLU 0.1]    maxpool 2, dropout 0.5
+        conv3x3-192 valid, 2 x conv1x1-192 (each with norm, LeakyReLU 0.1)
+        global average pool, dense 10, norm (norm_logits)
+
+    Salimans' train.py wraps all ten layers in its `normalizer` (the nine convs and the dense layer),
+    and the authors' README adds `normalizer = nn.rms_norm(l)`, whose `rms_norm` (like Salimans'
+    `batch_norm`, `weight_norm` and `no_norm`) deletes the wrapped layer's bias and puts the norm, then
+    a per-unit gain and bias, then the nonlinearity after it. So here:
+
+    - every conv is followed by `norms.channels(c)` before its LeakyReLU, and the conv has a bias only
+      when that norm has no offset of its own (norm=none, weightnorm: the wrapper's bias b, in the same
+      place as a conv bias); under RMSNorm, LayerNorm and BatchNorm the offset after the norm is the
+      only bias, as in the authors' RMSNormLayer;
+    - with norm_logits (the default) the 10 logits are normalized too, with `norms.act(10)`: RMSNorm
+      over the 10 class scores (the authors' RMSNormLayer sums over axis 1 of a dense layer's output),
+      LayerNorm over them, BatchNorm per logit over the batch (Salimans' BatchNormLayer, axes 0);
+      pRMSNorm at p = 12.5% takes its RMS from the first k = ceil(10 * 0.125) = 2 logits (the authors'
+      floor would give 1). The dense layer has a bias only when that norm has no offset.
+      norm_logits=false gives plain logits (W g + b) under every norm.
+
+    The convs come from norms.conv2d and the dense layer from norms.linear, so WeightNorm
+    reparameterizes all ten layers.
+    """
+
     def __init__(
         self,
         norms: Normalization,

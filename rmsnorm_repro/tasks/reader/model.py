@@ -1,31 +1,5 @@
-"""The bidirectional attentive reader (Hermann et al. 2015), as in the code the paper's authors ran.
-
-That code is Cooijmans' Attentive_reader (branch bn: codes/att_reader/model.py), with the command
-of the authors' README (--use_dq_sims 1 --use_desc_skip_c_g 1 --learn_h0 1 --use_bidir 1, dropout
-on by default):
-
-    e        = dropout(embed(tokens))                 a fresh mask for each direction and for the query
-    y_d(t)   = [fwd_t ; bwd_t]                         document encoder, a bidirectional normalized LSTM
-    u        = [fwd_last ; bwd_first]                  query encoder, another one (same word embedding)
-    m_t      = tanh(W_ym y_d(t) + W_um u + y_d(t)^T B B^T u)   attention MLP; the last term (a scalar
-                                                       added to every unit) is use_dq_sims
-    s        = softmax_t(w_ms . m_t)                   over real (unpadded) positions only
-    r        = sum_t s_t y_d(t)
-    g        = dropout(tanh(W_rg r + W_ug u + W_dg mean_t y_d(t)))   the last term is use_desc_skip_c_g
-    logits   = W_g g + b                               over the whole vocabulary (n_words_ans = emb_sz)
-
-`candidates` (a (B, V) mask), when given, sets every other word's logit to -inf: the entity mask
-of Hermann et al., which the authors' command does not use (train_attentive_reader.py cost_mask =
-None); task.model.entity_mask turns it on.
-
-The norm sits only inside the LSTM cells (docs/paper.md section 2); the rest is plain layers from the
-factory. Init (init="cooijmans", utils.norm_weight / ortho_weight / norm_vec): square matrices
-0.05 x orthogonal (the LSTMs' recurrent blocks, their input blocks when emb_dim = hidden, the dq
-bilinear map), the others U(-r, r) with r = sqrt(6 / (fan_in + fan_out + 1)), the attention vector
-U(-1/sqrt(hidden), 1/sqrt(hidden)), biases and h0 zero. init="xavier": Xavier, orthogonal for square
-blocks (the paper's words). The authors' utils reseed numpy (123) before every matrix, so all their
-blocks of one shape are the same matrix; ours are independent draws.
-"""
+"""The bidirectional attentive reader (Hermann et al. 2015), as in the code the paper's authors ran
+(AttentiveReader's docstring: the network, its options and init)."""
 from __future__ import annotations
 
 import torch
@@ -37,6 +11,33 @@ from ...norms import Normalization, init_weight_
 
 
 class AttentiveReader(nn.Module):
+    """The authors' code is Cooijmans' Attentive_reader (branch bn: codes/att_reader/model.py), with the command
+    of the authors' README (--use_dq_sims 1 --use_desc_skip_c_g 1 --learn_h0 1 --use_bidir 1, dropout
+    on by default):
+
+        e        = dropout(embed(tokens))                 a fresh mask for each direction and for the query
+        y_d(t)   = [fwd_t ; bwd_t]                         document encoder, a bidirectional normalized LSTM
+        u        = [fwd_last ; bwd_first]                  query encoder, another one (same word embedding)
+        m_t      = tanh(W_ym y_d(t) + W_um u + y_d(t)^T B B^T u)   attention MLP; the last term (a scalar
+                                                           added to every unit) is use_dq_sims
+        s        = softmax_t(w_ms . m_t)                   over real (unpadded) positions only
+        r        = sum_t s_t y_d(t)
+        g        = dropout(tanh(W_rg r + W_ug u + W_dg mean_t y_d(t)))   the last term is use_desc_skip_c_g
+        logits   = W_g g + b                               over the whole vocabulary (n_words_ans = emb_sz)
+
+    `candidates` (a (B, V) mask), when given, sets every other word's logit to -inf: the entity mask
+    of Hermann et al., which the authors' command does not use (train_attentive_reader.py cost_mask =
+    None); task.model.entity_mask turns it on.
+
+    The norm sits only inside the LSTM cells (docs/paper.md section 2); the rest is plain layers from the
+    factory. Init (init="cooijmans", utils.norm_weight / ortho_weight / norm_vec): square matrices
+    0.05 x orthogonal (the LSTMs' recurrent blocks, their input blocks when emb_dim = hidden, the dq
+    bilinear map), the others U(-r, r) with r = sqrt(6 / (fan_in + fan_out + 1)), the attention vector
+    U(-1/sqrt(hidden), 1/sqrt(hidden)), biases and h0 zero. init="xavier": Xavier, orthogonal for square
+    blocks (the paper's words). The authors' utils reseed numpy (123) before every matrix, so all their
+    blocks of one shape are the same matrix; ours are independent draws.
+    """
+
     def __init__(
         self,
         vocab_size: int,
