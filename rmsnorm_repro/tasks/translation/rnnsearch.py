@@ -1,31 +1,5 @@
-"""RNNSearch as Nematus builds it (the paper's Tables 2, 3, 5 and Figures 1-4).
-
-    encoder  embedding -> bidirectional NormGRU -> annotations C (B, S, 2H), 0 at padding
-    init     h0 = tanh(N(W mean_s(C) + b))                            mean over real tokens only
-    decoder  a conditional GRU per target step t:
-               h1 = GRU1(y_{t-1} embedding, h)                        (input half hoisted over all t)
-               c  = attention(h1, C):  e_s = v . tanh(N(W_C C_s + b) + N(W_h h1)),  softmax over real s
-               h  = GRU2(c, h1)
-    output   deep output: tanh(N(W1 h + b1) + N(W2 y_{t-1} + b2) + N(W3 c + b3)) -> vocabulary projection
-
-Every N is `norms.act(...)`, every projection `norms.linear(...)`; the GRUs are `NormGRUCell`s with
-the authors' four norms. Biases are added before the norms: on the input side in GRU1 and the
-encoder, on the state side in GRU2 (Nematus v0.3 model.py builds GRU2 with nematus_compat=True,
-which adds its gate and candidate biases to U h before the state norms). This follows Nematus-TF
-(the paper's Table 2 toolkit); choices of ours, all documented: the first decoder input is the BOS embedding
-(Nematus uses a zero vector), and dropout sits at a subset of Nematus' sites: on the embeddings and
-on the recurrent states of every GRU (one mask per sequence, shared over time, Gal & Ghahramani) and
-before the vocabulary projection.
-
-Model config (cfg.task.model), every key required:
-    emb: 512              word embedding size (also the deep-output size)
-    hidden: 1024          GRU state size H (annotations 2H, attention hidden 2H as in Nematus)
-    dropout: 0.2          Nematus' dropout_embedding = dropout_hidden (unstated in the paper)
-    tie_embeddings: false tie the target embedding and the output projection (Nematus --tie_decoder_embeddings)
-    init_std: 0.01        N(init_center, init_std) for non-square matrices; square blocks orthogonal
-    init_center: 0.0      Figure 4 shifts it to 0.2
-A CPU-minutes (scale=mini) suggestion: emb 64, hidden 128, dropout 0.1.
-"""
+"""RNNSearch as Nematus builds it (the paper's Tables 2, 3, 5 and Figures 1-4): the model, its attention
+and deep output; the model keys and their why in configs/task/rnnsearch.yaml."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -92,10 +66,27 @@ def _check_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class RNNSearch(nn.Module):
-    """Nematus-style attentional GRU encoder-decoder (module docstring).
+    """Nematus-style attentional GRU encoder-decoder.
 
     model(src, src_mask, tgt_in) -> logits (B, T, V) with teacher forcing; for search:
     encode(src, src_mask) -> state dict (batch in dim 0), decode_step(state, prefix) -> (log_probs, state).
+
+        encoder  embedding -> bidirectional NormGRU -> annotations C (B, S, 2H), 0 at padding
+        init     h0 = tanh(N(W mean_s(C) + b))                            mean over real tokens only
+        decoder  a conditional GRU per target step t:
+                   h1 = GRU1(y_{t-1} embedding, h)                        (input half hoisted over all t)
+                   c  = attention(h1, C):  e_s = v . tanh(N(W_C C_s + b) + N(W_h h1)),  softmax over real s
+                   h  = GRU2(c, h1)
+        output   deep output: tanh(N(W1 h + b1) + N(W2 y_{t-1} + b2) + N(W3 c + b3)) -> vocabulary projection
+
+    Every N is `norms.act(...)`, every projection `norms.linear(...)`; the GRUs are `NormGRUCell`s with
+    the authors' four norms. Biases are added before the norms: on the input side in GRU1 and the
+    encoder, on the state side in GRU2 (Nematus v0.3 model.py builds GRU2 with nematus_compat=True,
+    which adds its gate and candidate biases to U h before the state norms). This follows Nematus-TF
+    (the paper's Table 2 toolkit); choices of ours, all documented: the first decoder input is the BOS embedding
+    (Nematus uses a zero vector), and dropout sits at a subset of Nematus' sites: on the embeddings and
+    on the recurrent states of every GRU (one mask per sequence, shared over time, Gal & Ghahramani) and
+    before the vocabulary projection.
     """
 
     source_state = ("ctx", "keys", "src_mask")  # the state's tensors fixed by the source (beam.py)
