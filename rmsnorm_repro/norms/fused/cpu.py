@@ -1,26 +1,7 @@
 """Builds the fused CPU kernel (rmsnorm_cpu.cpp) on first use and caches the build; `build` does the same
-for the other C++ kernels (nn/gru_cell_cpu.cpp, nn/cross_entropy_cpu.cpp).
-
-torch.utils.cpp_extension.load compiles into $TORCH_EXTENSIONS_DIR (default
-~/.cache/torch_extensions) once; later processes load the cached library in well under a second.
-Without a C++ compiler or ninja, `load()` warns once and returns None: callers fall back to the
-reference implementation.
-
-Streaming stores (x86 with AVX): an output of at least a quarter of the last-level cache is written
-without first reading each destination line into the cache. Measured with scripts/bench_streaming.py:
-from there on the next op reading the output (tanh, a matrix product) was not slower for it, while
-smaller outputs (2-4 MiB here) cost a memory-bound consumer more than streaming saved. The cache size
-comes from sysfs; where that is unreadable, nothing streams.
-
-Build flags: -O3 -march=native -mprefer-vector-width=512 -fopenmp. -march=native lets the compiler vectorize the row loops
-with the widest instructions this CPU has; such a binary may crash on a CPU without them.
-
-The build directory is keyed by everything the library depends on (`build_key`): the source's
-content, the torch version and install directory, the Python headers, the flags, the compiler and
-this CPU's feature flags. The source is compiled from a copy inside that directory, so two
-checkouts or virtual environments on one machine never rewrite each other's build (each kind is
-built once and then loaded in well under a second), and a home directory shared between different
-machines gets one build per CPU kind, never a foreign one.
+for the other C++ kernels (nn/gru_cell_cpu.cpp, nn/cross_entropy_cpu.cpp). Without a C++ compiler or ninja,
+`load()` warns once and returns None: callers fall back to the reference implementation. How a build is
+keyed: build_key; when the kernel streams its output: load.
 """
 from __future__ import annotations
 
@@ -44,7 +25,10 @@ SOURCE = Path(__file__).with_name("rmsnorm_cpu.cpp")
 
 def build_key(source: Path = SOURCE, extra_cflags: tuple[str, ...] = (), headers: tuple[Path, ...] = ()) -> str:
     """The cache key of a build: a hash of the source's (and its own headers') content, the torch version
-    and install, the Python headers, the flags, the compiler and this CPU's feature flags (-march=native)."""
+    and install, the Python headers, the flags, the compiler and this CPU's feature flags (-march=native: such
+    a binary may crash on a CPU without them). Built from a copy inside its own directory, so two checkouts or
+    virtual environments never rewrite each other's build, and a home shared by different machines gets one
+    build per CPU kind."""
     import torch  # noqa: PLC0415 (torch is loaded by then; kept out of this module's import)
 
     content = hashlib.sha1(b"".join(f.read_bytes() for f in (source, *headers))).hexdigest()
@@ -93,7 +77,11 @@ RMSNORM_FALLBACK = ("fused CPU RMSNorm unavailable: {reason}; using the referenc
 
 @lru_cache(maxsize=None)
 def load():
-    """The compiled extension module, or None (after one warning) when it cannot be built here."""
+    """The compiled extension module, or None (after one warning) when it cannot be built here.
+
+    Streaming stores (x86 with AVX) for outputs of at least a quarter of the last-level cache: measured with
+    scripts/bench_streaming.py, the next op reading such an output was not slower for it, while smaller ones
+    (2-4 MiB) cost a memory-bound consumer more than streaming saved. No cache size from sysfs: no streaming."""
     module = build()
     if module is not None:
         llc = last_level_cache_bytes()
