@@ -32,10 +32,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..atomic import atomic_write_text
-from ..norms import RMSNorm, formulas
-from ..norms import fused
+from ..norms import RMSNorm, formulas, fused
 from ..norms.fused import triton_rmsnorm
-from ..atomic import atomic_write_text
 
 SHAPES = ((80, 2048), (4096, 512), (8192, 1024), (25000, 512))  # GRU step; Transformer batches (25k tokens: base)
 DTYPES = (torch.float32, torch.bfloat16)
