@@ -20,7 +20,7 @@ from torch.nn.utils.rnn import pad_sequence
 from ..base import check_int, read_lines
 
 CAPTIONS_PER_IMAGE = 5
-PAD, UNK = "<pad>", "<unk>"
+PAD, UNK, EOS = "<pad>", "<unk>", "<eos>"
 COCO_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
 
 
@@ -46,8 +46,18 @@ def pad_captions(captions: list[Tensor], device: torch.device) -> tuple[Tensor, 
     return tokens, tokens != 0
 
 
-def _encoder(vocab: list[str]):
+def specials(caption_eos: bool) -> list[str]:
+    """The ids before the words: padding 0, unknown 1, and with task.caption_eos the end token 2."""
+    return [PAD, UNK, EOS] if caption_eos else [PAD, UNK]
+
+
+def caption_encoder(vocab: list[str]):
+    """words -> token ids; with EOS in the vocabulary every caption ends with it (ivendrov's encoder reads
+    word 0, `<eos>`, as one more step: datasource.py:59-67, tools.py:78-82), an empty caption is EOS alone;
+    without it an empty caption is one UNK (the GRU needs a step)."""
     ids = {w: i for i, w in enumerate(vocab)}
+    if EOS in ids:
+        return lambda words: torch.tensor([ids.get(w, 1) for w in words] + [ids[EOS]], dtype=torch.int32)
     return lambda words: torch.tensor([ids.get(w, 1) for w in words] or [1], dtype=torch.int32)
 
 
@@ -85,13 +95,14 @@ def read_coco_split(root: Path, name: str) -> tuple[list[list[str]], np.ndarray]
     return captions, images
 
 
-def load_coco(data_cfg: Mapping[str, Any]) -> RetrievalData:
+def load_coco(data_cfg: Mapping[str, Any], caption_eos: bool = False) -> RetrievalData:
     """All three splits; vocabulary from training captions (data.vocab_size most frequent, null: all);
-    data.max_len cuts captions after that many words."""
+    data.max_len cuts captions after that many words (before the EOS that caption_eos appends)."""
     if not data_cfg.get("root"):
         raise ValueError("data=coco needs data.root: the folder with {train,dev,test}_caps.txt and _ims.npy")
+    head = specials(caption_eos)
     check_int(data_cfg, "max_len", 1, optional=True, name="data.max_len")
-    check_int(data_cfg, "vocab_size", 2, optional=True, name="data.vocab_size")
+    check_int(data_cfg, "vocab_size", len(head), optional=True, name="data.vocab_size")
     root = Path(str(data_cfg["root"])).expanduser()
     raw = {split: read_coco_split(root, name) for split, name in COCO_SPLITS.items()}
     dims = {f"{name}_ims.npy": raw[split][1].shape[1] for split, name in COCO_SPLITS.items()}
@@ -102,8 +113,8 @@ def load_coco(data_cfg: Mapping[str, Any]) -> RetrievalData:
     counts = Counter(w for caption in raw["train"][0] for w in caption)
     ranked = sorted(counts, key=lambda w: (-counts[w], w))
     size = data_cfg.get("vocab_size")
-    vocab = [PAD, UNK] + (ranked if size is None else ranked[: max(int(size) - 2, 0)])
-    encode = _encoder(vocab)
+    vocab = head + (ranked if size is None else ranked[: max(int(size) - len(head), 0)])
+    encode = caption_encoder(vocab)
     splits = {
         split: Split([encode(c[:max_len]) for c in captions], torch.from_numpy(np.asarray(images, dtype=np.float32)))
         for split, (captions, images) in raw.items()
@@ -112,7 +123,7 @@ def load_coco(data_cfg: Mapping[str, Any]) -> RetrievalData:
 
 
 # Generated data -----------------------------------------------------------------------------------
-def synthetic_retrieval(sizes: Mapping[str, Any]) -> RetrievalData:
+def synthetic_retrieval(sizes: Mapping[str, Any], caption_eos: bool = False) -> RetrievalData:
     """Images and captions from one latent structure: each image shows a few objects.
 
     An image's features are the sum of its objects' fixed random prototypes plus noise; each of its
@@ -125,8 +136,8 @@ def synthetic_retrieval(sizes: Mapping[str, Any]) -> RetrievalData:
     if not 1 <= min_named <= per_image <= n_obj:
         raise ValueError("task.synthetic: need 1 <= min_named <= objects_per_image <= objects")
     connectors = ["and", "with", "near", "on", "beside"]
-    vocab = [PAD, UNK, "a"] + connectors + [f"obj{i}" for i in range(n_obj)]
-    encode = _encoder(vocab)
+    vocab = specials(caption_eos) + ["a"] + connectors + [f"obj{i}" for i in range(n_obj)]
+    encode = caption_encoder(vocab)
     generator = torch.Generator().manual_seed(int(sizes["seed"]))
     prototypes = torch.randn(n_obj, dim, generator=generator)
 
@@ -152,9 +163,9 @@ def synthetic_retrieval(sizes: Mapping[str, Any]) -> RetrievalData:
 
 
 def load_retrieval_data(cfg: Any) -> RetrievalData:
-    name = cfg.data.name
+    name, caption_eos = cfg.data.name, bool(cfg.task.get("caption_eos", False))
     if name == "coco":
-        return load_coco(cfg.data)
+        return load_coco(cfg.data, caption_eos)
     if name == "synthetic":
-        return synthetic_retrieval(cfg.task.synthetic)
+        return synthetic_retrieval(cfg.task.synthetic, caption_eos)
     raise ValueError(f"task=retrieval reads data=synthetic or data=coco, not data={name}")
