@@ -51,19 +51,20 @@ def specials(caption_eos: bool) -> list[str]:
     return [PAD, UNK, EOS] if caption_eos else [PAD, UNK]
 
 
-def caption_encoder(vocab: list[str]):
-    """words -> token ids; with EOS in the vocabulary every caption ends with it (ivendrov's encoder reads
-    word 0, `<eos>`, as one more step: datasource.py:59-67, tools.py:78-82), an empty caption is EOS alone;
-    without it an empty caption is one UNK (the GRU needs a step)."""
+def caption_encoder(vocab: list[str], caption_eos: bool):
+    """words -> token ids (unknown words: UNK). caption_eos: every caption ends with EOS (ivendrov's
+    encoder reads word 0, `<eos>`, as one more step: datasource.py:59-67, tools.py:78-82) and an empty
+    caption is EOS alone; else an empty caption is one UNK (the GRU needs a step)."""
     ids = {w: i for i, w in enumerate(vocab)}
-    if EOS in ids:
+    if caption_eos:
         return lambda words: torch.tensor([ids.get(w, 1) for w in words] + [ids[EOS]], dtype=torch.int32)
     return lambda words: torch.tensor([ids.get(w, 1) for w in words] or [1], dtype=torch.int32)
 
 
 # Real data: COCO in the order-embedding layout ------------------------------------------------------
-def read_coco_split(root: Path, name: str) -> tuple[list[list[str]], np.ndarray]:
-    """(captions as lowercased word lists, image features) of one split; checks the 5-per-image layout.
+def read_coco_split(root: Path, name: str, lowercase: bool = True) -> tuple[list[list[str]], np.ndarray]:
+    """(captions as word lists, lowercased unless told not to, image features) of one split; checks the
+    5-per-image layout.
 
     One caption per line, lines split at "\\n" only (as ivendrov's reader): a stray "\\r" or U+2028
     inside a caption is whitespace, an empty line is an empty caption (it keeps its place, so the
@@ -81,7 +82,7 @@ def read_coco_split(root: Path, name: str) -> tuple[list[list[str]], np.ndarray]
         lines.pop()
     if not lines:
         raise ValueError(f"data=coco: {caps_path} is empty: want {CAPTIONS_PER_IMAGE} captions per image, one per line")
-    captions = [line.lower().split() for line in lines]
+    captions = [(line.lower() if lowercase else line).split() for line in lines]
     try:
         images = np.load(ims_path, allow_pickle=False)
     except (ValueError, EOFError, OSError) as e:  # truncated, empty, pickled or not an .npy at all
@@ -114,7 +115,7 @@ def load_coco(data_cfg: Mapping[str, Any], caption_eos: bool = False) -> Retriev
     ranked = sorted(counts, key=lambda w: (-counts[w], w))
     size = data_cfg.get("vocab_size")
     vocab = head + (ranked if size is None else ranked[: max(int(size) - len(head), 0)])
-    encode = caption_encoder(vocab)
+    encode = caption_encoder(vocab, caption_eos)
     splits = {
         split: Split([encode(c[:max_len]) for c in captions], torch.from_numpy(np.asarray(images, dtype=np.float32)))
         for split, (captions, images) in raw.items()
@@ -137,7 +138,7 @@ def synthetic_retrieval(sizes: Mapping[str, Any], caption_eos: bool = False) -> 
         raise ValueError("task.synthetic: need 1 <= min_named <= objects_per_image <= objects")
     connectors = ["and", "with", "near", "on", "beside"]
     vocab = specials(caption_eos) + ["a"] + connectors + [f"obj{i}" for i in range(n_obj)]
-    encode = caption_encoder(vocab)
+    encode = caption_encoder(vocab, caption_eos)
     generator = torch.Generator().manual_seed(int(sizes["seed"]))
     prototypes = torch.randn(n_obj, dim, generator=generator)
 
