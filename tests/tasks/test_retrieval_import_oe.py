@@ -279,3 +279,61 @@ def test_caption_eos_in_the_suites_own_vocabulary(tmp_path):
     without = load_coco({"root": str(tmp_path), "vocab_size": 4})
     assert without.vocab == ["<pad>", "<unk>", "a", "dog"]
     assert [c.tolist() for c in without.splits["train"].captions] == [[2, 3], [2, 1], [1], [3, 3], [2]]
+
+
+def test_caption_eos_is_the_recipes_at_paper_scale_and_off_at_mini():
+    from omegaconf import OmegaConf
+    from runner_fixtures.helpers import compose_cfg
+
+    from rmsnorm_repro.tasks.retrieval.task import RetrievalTask
+
+    assert compose_cfg(["task=retrieval", "scale=paper"]).task.caption_eos is True
+    assert compose_cfg(["task=retrieval", "scale=mini"]).task.caption_eos is False  # results/mini as made
+    with pytest.raises(ValueError, match="task.caption_eos must be true or false, got 'yes'"):
+        RetrievalTask.check_config(OmegaConf.create({"task": {"caption_eos": "yes"}}))
+
+
+def test_training_batches_end_every_caption_with_eos():
+    from omegaconf import OmegaConf
+
+    from rmsnorm_repro.norms import build_normalization
+    from rmsnorm_repro.tasks.retrieval.task import RetrievalTask
+
+    synthetic = dict(seed=3, objects=12, objects_per_image=3, min_named=2, feature_dim=8, noise=0.3,
+                     train_images=40, valid_images=10, test_images=10)
+    cfg = OmegaConf.create({"seed": 1, "data": {"name": "synthetic"}, "train": {"batch_size": 16},
+                            "task": {"model": {"word_dim": 4, "dim": 8}, "margin": 0.05, "eval_batch_size": 8,
+                                     "caption_eos": True, "synthetic": synthetic}})
+    task = RetrievalTask(cfg, build_normalization("rmsnorm"), torch.device("cpu"))
+    assert task.data.vocab[2] == "<eos>" and task.data.vocab[3] == "a"
+    batch = task.train_batch(0)
+    last = batch["mask"].sum(1) - 1
+    assert torch.all(batch["tokens"].gather(1, last[:, None]) == 2) and int((batch["tokens"] == 2).sum()) == 16
+
+
+def test_table7_shows_the_authors_model_where_import_oe_left_its_result(tmp_path):
+    import yaml
+    from runner_fixtures.fake_runs import write_run
+
+    from rmsnorm_repro.report import aggregate, tables
+
+    path, *_ = write_model(tmp_path)
+    coco = tmp_path / "coco"
+    coco.mkdir()
+    captions = ["a dog", "a cat", "dog on grass", "cat on a car", "red car"] * 2
+    (coco / "test_caps.txt").write_text("\n".join(c + f" {i}" for i, c in enumerate(captions)) + "\n")
+    np.save(coco / "test_ims.npy", np.random.default_rng(2).random((2, IMAGE)).astype(np.float32))
+    run = write_run(tmp_path / "runs", "retrieval", "rmsnorm", 1, final={"caption_r1": 40.0, "image_r1": 30.0})
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**config, "data": {"name": "coco", "root": str(coco)}}))
+    page = lambda: tables.render_page("table7", aggregate.load_runs(tmp_path / "runs"), "runs", {}, tmp_path)
+    assert "the authors' model" not in page()  # nothing there yet
+    assert import_oe.main(["--model", f"{path}.npz", "--data-root", str(coco)]) == 0  # default --out: the data folder
+    result = json.loads((coco / import_oe.RESULT_FILE).read_text())["metrics"]
+    row = next(line for line in page().splitlines() if "the authors' model" in line)
+    ours = " / ".join(f"{result[f'caption_{k}']:.1f}" for k in ("r1", "r5", "r10", "meanr"))
+    assert row.startswith("| RMSNorm: the authors' model (order.npz, OE rlngru), scored here | their weights, 2 test images |")
+    assert f"| 48.7 / 79.7 / 89.5 / 5.3 | {ours} |" in row
+    (coco / import_oe.RESULT_FILE).write_text('{"model": "order"}')
+    row = next(line for line in page().splitlines() if "the authors' model" in line)
+    assert "unreadable: authors_order_scores.json is not import_oe's result (KeyError" in row and str(tmp_path) not in row

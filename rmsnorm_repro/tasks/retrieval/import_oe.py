@@ -1,10 +1,12 @@
 """Score the authors' trained order-embedding model with this suite's test evaluation:
 
-    python -m rmsnorm_repro.tasks.retrieval.import_oe --model data/oe/order --data-root data/coco [--out oe.json]
+    python -m rmsnorm_repro.tasks.retrieval.import_oe --model data/oe/order.npz --data-root data/coco
 
 reads `order.npz` and `order.pkl` (bzhangGo/rmsnorm README.md:175-178, the model behind the paper's
 RMSNorm row of Table 7), the COCO test split of `data=coco` (`test_caps.txt`, `test_ims.npy`), and prints
-R@1 / R@5 / R@10 / mean rank both ways, 5 folds of 1000 images averaged, beside the paper's row.
+R@1 / R@5 / R@10 / mean rank both ways, 5 folds of 1000 images averaged, beside the paper's row. It
+writes them to `<data root>/authors_order_scores.json` (--out elsewhere), where Table 7's page shows
+them beside runs that read that folder.
 
 The files are ivendrov/order-embedding's (OE) saved model:
 - `order.pkl`: OE `train.py:32-75`'s `curr_model` pickled by Python 2's cPickle (protocol 0): {'options':
@@ -59,6 +61,9 @@ from .task import score_split
 ENCODERS = {"gru": ("none", {}), "rlngru": ("rmsnorm", {"s": "weight"}), "lngru": ("layernorm", {"s": "weight", "b": "bias"})}
 NORM_SITES = ("norm_input_gates", "norm_input_cand", "norm_state_gates", "norm_state_cand")  # their 1, 2, 3, 4
 OPTIONS = ("dim", "dim_word", "dim_image", "n_words", "encoder", "method", "abs")
+# where the result goes by default, and where Table 7's page looks for it: the COCO folder runs read (data.root)
+RESULT_FILE = "authors_order_scores.json"
+METRICS = tuple(f"{side}_{k}" for side in ("caption", "image") for k in ("r1", "r5", "r10", "medr", "meanr"))
 
 
 class _OEUnpickler(pickle.Unpickler):
@@ -87,7 +92,7 @@ def read_oe_pickle(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         with open(path, "rb") as f:
             model = _text(_OEUnpickler(f, encoding="bytes").load())
     except FileNotFoundError:
-        raise ConfigError(f"{path} not found: give --model the path of order.npz / order.pkl without the suffix") from None
+        raise ConfigError(f"{path} not found: give --model the path of order.npz, with order.pkl beside it") from None
     except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as e:
         raise ConfigError(f"{path} is not OE's model pickle ({type(e).__name__}: {e})") from None
     if not (isinstance(model, dict) and isinstance(model.get("options"), dict) and isinstance(model.get("worddict"), dict)):
@@ -140,7 +145,7 @@ def read_oe_npz(path: Path) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}
     except FileNotFoundError:
-        raise ConfigError(f"{path} not found: give --model the path of order.npz / order.pkl without the suffix") from None
+        raise ConfigError(f"{path} not found: give --model the path of order.npz, with order.pkl beside it") from None
     except (OSError, ValueError, EOFError) as e:
         raise ConfigError(f"{path} is not a readable .npz of arrays ({type(e).__name__}: {' '.join(str(e).split())})") from None
 
@@ -184,8 +189,14 @@ def oe_state_dict(arrays: dict[str, np.ndarray], kind: str) -> dict[str, torch.T
     return {key: torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)) for key, value in state.items()}
 
 
+def oe_prefix(model: Path) -> Path:
+    """`order` for `order`, `order.npz` or `order.pkl`: the files' common stem, as OE's load_model takes it."""
+    return model.with_suffix("") if model.suffix in (".npz", ".pkl") else model
+
+
 def load_oe_model(model: Path, encoder: str | None = None) -> tuple[OrderEmbedding, list[str], str]:
     """(our model holding their weights, our vocabulary, their GRU layer) from `<model>.npz` and `<model>.pkl`."""
+    model = oe_prefix(model)
     pkl_path, npz_path = model.with_name(model.name + ".pkl"), model.with_name(model.name + ".npz")
     options, worddict = read_oe_pickle(pkl_path)
     if options["method"] != "order" or options["abs"] is not True:
@@ -229,6 +240,7 @@ def sha256(path: Path) -> str:
 def score(model_path: Path, data_root: Path, encoder: str | None = None, caption_eos: bool = True,
           batch_size: int = 128, device: str = "cpu") -> dict[str, Any]:
     """Their model on the COCO test split: the result written by --out (file names, never folders)."""
+    model_path = oe_prefix(model_path)
     model, vocab, kind = load_oe_model(model_path, encoder)
     try:
         words, images = read_coco_split(data_root, "test", lowercase=False)  # OE tools.py:62: s.split(), as written
@@ -247,10 +259,23 @@ def score(model_path: Path, data_root: Path, encoder: str | None = None, caption
             "paper": paper_row(norm)}
 
 
+def read_result(path: Path) -> dict[str, Any]:
+    """A result `score` wrote (Table 7's page reads it); ValueError (one line) when it is not one."""
+    try:
+        result = json.loads(Path(path).read_text(encoding="utf-8"))
+        metrics = {key: float(result["metrics"][key]) for key in METRICS}
+        return {"model": str(result["model"]), "norm": str(result["norm"]), "encoder": str(result["encoder"]),
+                "caption_eos": bool(result["caption_eos"]), "test_images": int(result["test_images"]), "metrics": metrics}
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"{Path(path).name} is not import_oe's result ({type(e).__name__}: {e}); write it again with "
+                         "python -m rmsnorm_repro.tasks.retrieval.import_oe") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rmsnorm_repro.tasks.retrieval.import_oe",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, required=True, help="order.npz / order.pkl's path without the suffix")
+                                     description="Score the authors' trained order-embedding model (order.npz, "
+                                                 "order.pkl) with this suite's COCO test evaluation.")
+    parser.add_argument("--model", type=Path, required=True, help="order.npz's path (order.pkl beside it), with or without .npz")
     parser.add_argument("--data-root", type=Path, required=True, help="the data=coco folder (test_caps.txt, test_ims.npy)")
     parser.add_argument("--encoder", choices=tuple(ENCODERS), default=None,
                         help="OE's GRU layer the model ran with (default: from the pickle; module docstring)")
@@ -259,19 +284,21 @@ def main(argv: list[str] | None = None) -> int:
                              "task.caption_eos=false, to measure what that difference costs")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", type=Path, default=None, help="also write the result here as JSON")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"where the result goes as JSON (default: DATA_ROOT/{RESULT_FILE}, where Table 7's page "
+                             "finds it beside runs that read that folder)")
     args = parser.parse_args(argv)
     try:
         result = score(args.model, args.data_root, args.encoder, args.caption_eos, args.batch_size, args.device)
     except ConfigError as e:
         print(f"import_oe: {e}", file=sys.stderr)
         return 2
-    if args.out is not None:
-        try:
-            atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
-        except OSError as e:
-            print(f"import_oe: {cannot_write(e, 'choose a folder you can write to with --out')}", file=sys.stderr)
-            return 2
+    out = args.out if args.out is not None else args.data_root / RESULT_FILE
+    try:
+        atomic_write_text(out, json.dumps(result, indent=2) + "\n")
+    except OSError as e:
+        print(f"import_oe: {cannot_write(e, 'choose a folder you can write to with --out')}", file=sys.stderr)
+        return 2
     folds = "5 folds of 1000 images" if result["test_images"] == 5000 else f"one fold of {result['test_images']} images"
     print(f"{result['model']} (OE {result['encoder']} -> norm={result['norm']}, caption_eos={str(result['caption_eos']).lower()}), "
           f"COCO test, {folds}:\n" + table(result["metrics"], result["paper"]))
