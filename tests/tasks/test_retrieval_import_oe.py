@@ -155,6 +155,16 @@ def test_our_embeddings_equal_their_encoder_in_float64(tmp_path, kind, encoder, 
     np.testing.assert_allclose(got, their_image(params, ims), rtol=0, atol=1e-13)
 
 
+def test_an_lngru_model_with_offsets_read_as_rlngru_leaves_the_offsets_unread(tmp_path):
+    """README.md:180-181: their lngru-named model runs the rlngru functions; OE's load_params reads only
+    those functions' parameters, so b1..b4 play no part."""
+    path, params, worddict, n_words = write_model(tmp_path, "lngru")
+    model, vocab, kind = import_oe.load_oe_model(path, "rlngru")
+    expected = [their_caption(params, "rlngru", their_ids(c, worddict, n_words)) for c in CAPTIONS]
+    assert kind == "rlngru"
+    np.testing.assert_allclose(ours(model, vocab, CAPTIONS), expected, rtol=0, atol=1e-13)
+
+
 def test_words_past_n_words_are_unknown_as_their_tools_read_them(tmp_path):
     worddict = build_dictionary(CAPTIONS[:8])
     path, params, worddict, n_words = write_model(tmp_path, n_words=len(worddict) - 1)  # the 3 rarest cut
@@ -191,7 +201,8 @@ def test_the_norms_are_the_retrieval_recipes_and_theirs():
     (lambda p: p.pop("encoder_s3"), r"order.npz: no encoder_s3 \(want shape \(12,\) for OE's rlngru model\)"),
     (lambda p: p.update(encoder_extra=np.zeros(3, np.float32)), "encoder_extra is not a parameter of OE's rlngru model"),
     (lambda p: p.update(ff_image_W=p["ff_image_W"].T.copy()), r"ff_image_W has shape \(6, 7\) \(float32\); want \(7, 6\)"),
-    (lambda p: p.update(encoder_b1=np.zeros(12, np.float32)), "encoder_b1 is not a parameter of OE's rlngru model"),
+    (lambda p: p.update(encoder_b1=np.zeros(12, np.float32)),  # offsets are left unread only under the README's lngru name
+     "encoder_b1 is not a parameter of OE's rlngru model"),
 ])
 def test_a_missing_extra_or_misshapen_array_is_refused_by_name(tmp_path, change, message):
     params = their_params("rlngru", len(build_dictionary(CAPTIONS[:8])) + 2)
@@ -210,6 +221,9 @@ def test_bad_pickles_and_npz_are_refused_in_one_line(tmp_path):
         import_oe.load_oe_model(path)
     write_model(tmp_path, encoder="lstm")
     with pytest.raises(ConfigError, match="options\\['encoder'\\] is 'lstm'"):
+        import_oe.load_oe_model(path)
+    write_model(tmp_path, options={"dim": "1024"})
+    with pytest.raises(ConfigError, match="options\\['dim'\\] is '1024'; want a positive integer"):
         import_oe.load_oe_model(path)
     # a pickle that would run a command: refused before anything is called
     (tmp_path / "order.pkl").write_bytes(b"cos\nsystem\n(S'touch pwned'\ntR.")

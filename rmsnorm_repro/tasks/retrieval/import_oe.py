@@ -31,7 +31,7 @@ Which GRU the norms are: the pickle's options['encoder'] names OE's layer: gru (
 (norm=rmsnorm, their `rln`) or lngru (norm=layernorm, their `ln`). The README (:180-181) says their
 saved RMSNorm model is read under the name `lngru` with the rlngru functions, so an `lngru` model
 with gains and no offsets is read as rlngru; one with offsets too is refused unless --encoder says
-which it is. The norms' settings are the retrieval recipe's (configs/norm + configs/task_norm/retrieval).
+which it is (--encoder rlngru: the offsets are left unread, as OE's load_params leaves them). The norms' settings are the retrieval recipe's (configs/norm + configs/task_norm/retrieval).
 """
 from __future__ import annotations
 
@@ -101,6 +101,9 @@ def read_oe_pickle(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     missing = [key for key in OPTIONS if key not in options]
     if missing:
         raise ConfigError(f"{path}: options lack {', '.join(missing)} (OE driver.py and train.py:72 set them)")
+    for key in ("dim", "dim_word", "dim_image", "n_words"):
+        if not (isinstance(options[key], int) and not isinstance(options[key], bool) and options[key] > 0):
+            raise ConfigError(f"{path}: options['{key}'] is {options[key]!r}; want a positive integer")
     return options, worddict
 
 
@@ -150,13 +153,14 @@ def read_oe_npz(path: Path) -> dict[str, np.ndarray]:
         raise ConfigError(f"{path} is not a readable .npz of arrays ({type(e).__name__}: {' '.join(str(e).split())})") from None
 
 
-def check_arrays(arrays: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], kind: str, where: Path) -> None:
+def check_arrays(arrays: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], kind: str, where: Path,
+                 ignored: set[str] = frozenset()) -> None:
     for key, shape in shapes.items():
         if key not in arrays:
             raise ConfigError(f"{where}: no {key} (want shape {shape} for OE's {kind} model)")
         if arrays[key].shape != shape or arrays[key].dtype.kind != "f":
             raise ConfigError(f"{where}: {key} has shape {arrays[key].shape} ({arrays[key].dtype}); want {shape}, floats")
-    extra = sorted(set(arrays) - set(shapes))
+    extra = sorted(set(arrays) - set(shapes) - ignored)
     if extra:
         raise ConfigError(f"{where}: {', '.join(extra)} {'is' if len(extra) == 1 else 'are'} not a parameter of OE's {kind} model")
 
@@ -205,7 +209,10 @@ def load_oe_model(model: Path, encoder: str | None = None) -> tuple[OrderEmbeddi
     vocab = oe_vocabulary(worddict, int(options["n_words"]), pkl_path)
     arrays = read_oe_npz(npz_path)
     kind = encoder_kind(options, set(arrays), encoder, pkl_path)
-    check_arrays(arrays, expected_shapes(options, kind), kind, npz_path)
+    # an 'lngru' pickle read with the rlngru functions (README.md:180-181): OE's load_params (utils.py:49-59)
+    # loads only the layer's own parameters, so the offsets are left out as their code leaves them
+    offsets = {f"encoder_b{i}" for i in range(1, 5)} if (kind, options["encoder"]) == ("rlngru", "lngru") else set()
+    check_arrays(arrays, expected_shapes(options, kind), kind, npz_path, offsets)
     norm = ENCODERS[kind][0]
     norms = build_normalization(norm, recipe_norm(norm))
     ours = OrderEmbedding(len(vocab), int(options["dim_image"]), norms, int(options["dim_word"]), int(options["dim"]))
