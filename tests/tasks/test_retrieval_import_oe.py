@@ -351,3 +351,11 @@ def test_table7_shows_the_authors_model_where_import_oe_left_its_result(tmp_path
     (coco / import_oe.RESULT_FILE).write_text('{"model": "order"}')
     row = next(line for line in page().splitlines() if "the authors' model" in line)
     assert "unreadable: authors_order_scores.json is not import_oe's result (KeyError" in row and str(tmp_path) not in row
+
+
+def test_a_retrieval_run_recorded_before_caption_eos_reads_as_without_it():
+    from rmsnorm_repro.record import filled_config
+
+    old = {"task": {"name": "retrieval", "margin": 0.05}, "norm": {"name": "rmsnorm"}}
+    assert filled_config(old, {})["task"]["caption_eos"] is False
+    assert filled_config({**old, "task": {"name": "retrieval", "caption_eos": True}}, {})["task"]["caption_eos"] is True
