@@ -31,7 +31,8 @@ Which GRU the norms are: the pickle's options['encoder'] names OE's layer: gru (
 (norm=rmsnorm, their `rln`) or lngru (norm=layernorm, their `ln`). The README (:180-181) says their
 saved RMSNorm model is read under the name `lngru` with the rlngru functions, so an `lngru` model
 with gains and no offsets is read as rlngru; one with offsets too is refused unless --encoder says
-which it is (--encoder rlngru: the offsets are left unread, as OE's load_params leaves them). The norms' settings are the retrieval recipe's (configs/norm + configs/task_norm/retrieval).
+which it is (--encoder rlngru: the offsets are left unread, as OE's load_params leaves them). The
+norms' settings are the retrieval recipe's (configs/norm + configs/task_norm/retrieval).
 """
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ from .model import OrderEmbedding
 from .task import score_split
 
 # OE's layer -> (our norm, the letters of its per-site parameters: gain s, offset b -> our weight, bias)
-ENCODERS = {"gru": ("none", {}), "rlngru": ("rmsnorm", {"s": "weight"}), "lngru": ("layernorm", {"s": "weight", "b": "bias"})}
+ENCODERS = {"gru": ("none", {}), "rlngru": ("rmsnorm", {"s": "weight"}),
+            "lngru": ("layernorm", {"s": "weight", "b": "bias"})}
 NORM_SITES = ("norm_input_gates", "norm_input_cand", "norm_state_gates", "norm_state_cand")  # their 1, 2, 3, 4
 OPTIONS = ("dim", "dim_word", "dim_image", "n_words", "encoder", "method", "abs")
 # where the result goes by default, and where Table 7's page looks for it: the COCO folder runs read (data.root)
@@ -110,7 +112,8 @@ def read_oe_pickle(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
 def oe_vocabulary(worddict: dict[str, int], n_words: int, where: Path) -> list[str]:
     """Our id -> word for their ids 0 .. n_words - 1: [PAD, UNK, EOS, their id 2, 3, ...]. Words with an
     id >= n_words are unknown, as OE tools.py:77 reads them."""
-    ids = sorted(worddict.values()) if all(isinstance(i, int) and not isinstance(i, bool) for i in worddict.values()) else None
+    integers = all(isinstance(i, int) and not isinstance(i, bool) for i in worddict.values())
+    ids = sorted(worddict.values()) if integers else None
     if ids != list(range(2, len(worddict) + 2)) or not 2 <= n_words <= len(worddict) + 2:
         raise ConfigError(f"{where}: worddict ids are not 2 .. {len(worddict) + 1} with n_words <= {len(worddict) + 2} "
                           f"(got n_words={n_words}; OE vocab.py:25, train.py:72)")
@@ -162,7 +165,8 @@ def check_arrays(arrays: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...
             raise ConfigError(f"{where}: {key} has shape {arrays[key].shape} ({arrays[key].dtype}); want {shape}, floats")
     extra = sorted(set(arrays) - set(shapes) - ignored)
     if extra:
-        raise ConfigError(f"{where}: {', '.join(extra)} {'is' if len(extra) == 1 else 'are'} not a parameter of OE's {kind} model")
+        raise ConfigError(f"{where}: {', '.join(extra)} {'is' if len(extra) == 1 else 'are'} not a parameter of "
+                          f"OE's {kind} model")
 
 
 def recipe_norm(norm: str) -> dict[str, Any]:
@@ -282,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rmsnorm_repro.tasks.retrieval.import_oe",
                                      description="Score the authors' trained order-embedding model (order.npz, "
                                                  "order.pkl) with this suite's COCO test evaluation.")
-    parser.add_argument("--model", type=Path, required=True, help="order.npz's path (order.pkl beside it), with or without .npz")
+    parser.add_argument("--model", type=Path, required=True,
+                        help="order.npz's path (order.pkl beside it), with or without .npz")
     parser.add_argument("--data-root", type=Path, required=True, help="the data=coco folder (test_caps.txt, test_ims.npy)")
     parser.add_argument("--encoder", choices=tuple(ENCODERS), default=None,
                         help="OE's GRU layer the model ran with (default: from the pickle; module docstring)")
@@ -307,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"import_oe: {cannot_write(e, 'choose a folder you can write to with --out')}", file=sys.stderr)
         return 2
     folds = "5 folds of 1000 images" if result["test_images"] == 5000 else f"one fold of {result['test_images']} images"
-    print(f"{result['model']} (OE {result['encoder']} -> norm={result['norm']}, caption_eos={str(result['caption_eos']).lower()}), "
-          f"COCO test, {folds}:\n" + table(result["metrics"], result["paper"]))
+    eos = str(result["caption_eos"]).lower()
+    print(f"{result['model']} (OE {result['encoder']} -> norm={result['norm']}, caption_eos={eos}), COCO test, {folds}:\n"
+          + table(result["metrics"], result["paper"]))
     return 0
 
 
