@@ -256,9 +256,10 @@ def test_the_command_scores_their_model_as_their_evaluation_does(tmp_path, capsy
     while len(captions) < 60:  # 12 images
         words = " ".join(rng.choice(["a", "dog", "cat", "on", "grass", "car", "Red", "zebra"], rng.integers(1, 7)))
         captions += [words] if words not in captions else []
-    (data / "test_caps.txt").write_text("\n".join(captions) + "\n", encoding="utf-8")
+    (data / "images" / "10crop").mkdir(parents=True)  # coco.zip's layout (OE datasets.py:26-32)
+    (data / "test.txt").write_text("\n".join(captions) + "\n", encoding="utf-8")
     ims = rng.random((12, IMAGE)).astype(np.float32)
-    np.save(data / "test_ims.npy", ims)
+    np.save(data / "images" / "10crop" / "test.npy", ims)
     out = tmp_path / "result.json"
     assert import_oe.main(["--model", str(path), "--data-root", str(data), "--out", str(out)]) == 0
     result = json.loads(out.read_text())
@@ -276,9 +277,9 @@ def test_the_command_scores_their_model_as_their_evaluation_does(tmp_path, capsy
     assert import_oe.main(["--model", str(path), "--data-root", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("import_oe: --data-root: ") and "test_caps.txt not found" in err and "\n" not in err
-    np.save(data / "test_ims.npy", ims[:, :5])
+    np.save(data / "images" / "10crop" / "test.npy", ims[:, :5])
     assert import_oe.main(["--model", str(path), "--data-root", str(data)]) == 2
-    assert "has 5 features per image; the model maps 7" in capsys.readouterr().err
+    assert "test.npy has 5 features per image; the model maps 7" in capsys.readouterr().err
 
 
 def test_caption_eos_in_the_suites_own_vocabulary(tmp_path):

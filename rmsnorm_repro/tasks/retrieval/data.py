@@ -1,8 +1,10 @@
-"""Image-caption data: the order-embedding COCO layout, or generated images and captions.
+"""Image-caption data: the order-embedding COCO files, or generated images and captions.
 
-A split holds N images (feature vectors) and 5N captions, captions 5i .. 5i+4 describing image i,
-exactly like ivendrov/order-embedding's `{split}_caps.txt` (one tokenized caption per line) and
-`{split}_ims.npy` ((N, 4096) VGG19 10-crop fc7 features; scripts/extract_coco_features.py builds it).
+A split holds N images (feature vectors) and 5N captions, captions 5i .. 5i+4 describing image i: one
+tokenized caption per line and an (N, 4096) array of VGG19 10-crop fc7 features, as ivendrov's
+order-embedding `coco.zip` holds them (`{train,val,test}.txt`, `images/10crop/{train,val,test}.npy`,
+read by their datasets.py:26-32) or as `{train,dev,test}_caps.txt` and `{train,dev,test}_ims.npy`
+(scripts/extract_coco_features.py builds the .npy files).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from ..base import check_int, read_lines
 CAPTIONS_PER_IMAGE = 5
 PAD, UNK, EOS = "<pad>", "<unk>", "<eos>"
 COCO_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
+OE_SPLIT_NAMES = {"train": "train", "dev": "val", "test": "test"}  # ivendrov datasets.py:26 (coco.zip's names)
 
 
 @dataclass
@@ -62,6 +65,14 @@ def caption_encoder(vocab: list[str], caption_eos: bool):
 
 
 # Real data: COCO in the order-embedding layout ------------------------------------------------------
+def coco_files(root: Path, name: str) -> tuple[Path, Path]:
+    """(captions, features) of split `name` (train, dev, test): `{name}_caps.txt` and `{name}_ims.npy`,
+    or else coco.zip's `{train,val,test}.txt` and `images/10crop/{train,val,test}.npy` when those are there."""
+    ours = root / f"{name}_caps.txt", root / f"{name}_ims.npy"
+    theirs = root / f"{OE_SPLIT_NAMES[name]}.txt", root / "images" / "10crop" / f"{OE_SPLIT_NAMES[name]}.npy"
+    return theirs if not ours[0].is_file() and theirs[0].is_file() else ours
+
+
 def read_coco_split(root: Path, name: str, lowercase: bool = True) -> tuple[list[list[str]], np.ndarray]:
     """(captions as word lists, lowercased unless told not to, image features) of one split; checks the
     5-per-image layout.
@@ -70,12 +81,13 @@ def read_coco_split(root: Path, name: str, lowercase: bool = True) -> tuple[list
     inside a caption is whitespace, an empty line is an empty caption (it keeps its place, so the
     captions after it stay with their images); only empty lines at the end of the file are dropped.
     """
-    caps_path, ims_path = root / f"{name}_caps.txt", root / f"{name}_ims.npy"
+    caps_path, ims_path = coco_files(root, name)
     for path in (caps_path, ims_path):
         if not path.is_file():
             raise FileNotFoundError(
-                f"data=coco: {path} not found; set data.root to a folder with {{train,dev,test}}_caps.txt and "
-                "{train,dev,test}_ims.npy (build the .npy files with scripts/extract_coco_features.py)"
+                f"data=coco: {path} not found; set data.root to the folder of ivendrov's coco.zip ({{train,val,test}}.txt, "
+                "images/10crop/{train,val,test}.npy) or one with {train,dev,test}_caps.txt and {train,dev,test}_ims.npy "
+                "(build the .npy files with scripts/extract_coco_features.py)"
             )
     lines = read_lines(caps_path)
     while lines and not lines[-1].strip():
@@ -100,13 +112,14 @@ def load_coco(data_cfg: Mapping[str, Any], caption_eos: bool = False) -> Retriev
     """All three splits; vocabulary from training captions (data.vocab_size most frequent, null: all);
     data.max_len cuts captions after that many words (before the EOS that caption_eos appends)."""
     if not data_cfg.get("root"):
-        raise ValueError("data=coco needs data.root: the folder with {train,dev,test}_caps.txt and _ims.npy")
+        raise ValueError("data=coco needs data.root: the folder of ivendrov's coco.zip, or one with "
+                         "{train,dev,test}_caps.txt and _ims.npy")
     head = specials(caption_eos)
     check_int(data_cfg, "max_len", 1, optional=True, name="data.max_len")
     check_int(data_cfg, "vocab_size", len(head), optional=True, name="data.vocab_size")
     root = Path(str(data_cfg["root"])).expanduser()
     raw = {split: read_coco_split(root, name) for split, name in COCO_SPLITS.items()}
-    dims = {f"{name}_ims.npy": raw[split][1].shape[1] for split, name in COCO_SPLITS.items()}
+    dims = {coco_files(root, name)[1].name: raw[split][1].shape[1] for split, name in COCO_SPLITS.items()}
     if len(set(dims.values())) > 1:
         raise ValueError(f"data=coco: the image features differ in size between splits ({dims}); "
                          "build all three with the same scripts/extract_coco_features.py settings")

@@ -3,7 +3,8 @@
     python -m rmsnorm_repro.tasks.retrieval.import_oe --model data/oe/order.npz --data-root data/coco
 
 reads `order.npz` and `order.pkl` (bzhangGo/rmsnorm README.md:175-178, the model behind the paper's
-RMSNorm row of Table 7), the COCO test split of `data=coco` (`test_caps.txt`, `test_ims.npy`), and prints
+RMSNorm row of Table 7), the COCO test split as `data=coco` reads it (coco.zip's `test.txt` and
+`images/10crop/test.npy`, or `test_caps.txt` and `test_ims.npy`: data.py coco_files), and prints
 R@1 / R@5 / R@10 / mean rank both ways, 5 folds of 1000 images averaged, beside the paper's row. It
 writes them to `<data root>/authors_order_scores.json` (--out elsewhere), where Table 7's page shows
 them beside runs that read that folder.
@@ -54,7 +55,7 @@ from ...atomic import atomic_write_text, cannot_write
 from ...errors import ConfigError
 from ...norms import build_normalization
 from ...paths import configs_dir, paper_dir
-from .data import EOS, PAD, UNK, Split, caption_encoder, read_coco_split
+from .data import EOS, PAD, UNK, Split, caption_encoder, coco_files, read_coco_split
 from .model import OrderEmbedding
 from .task import score_split
 
@@ -258,8 +259,8 @@ def score(model_path: Path, data_root: Path, encoder: str | None = None, caption
     except (FileNotFoundError, ValueError) as e:
         raise ConfigError(str(e).replace("data=coco: ", "--data-root: ").replace("set data.root", "set --data-root")) from None
     if images.shape[1] != model.image_proj.in_features:
-        raise ConfigError(f"--data-root: test_ims.npy has {images.shape[1]} features per image; the model maps "
-                          f"{model.image_proj.in_features} (OE options['dim_image'])")
+        raise ConfigError(f"--data-root: {coco_files(data_root, 'test')[1].name} has {images.shape[1]} features per "
+                          f"image; the model maps {model.image_proj.in_features} (OE options['dim_image'])")
     encode = caption_encoder(vocab, caption_eos)
     split = Split([encode(w) for w in words], torch.from_numpy(np.asarray(images, dtype=np.float32)))
     metrics = score_split(model.to(device), split, batch_size, torch.device(device))
@@ -288,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  "order.pkl) with this suite's COCO test evaluation.")
     parser.add_argument("--model", type=Path, required=True,
                         help="order.npz's path (order.pkl beside it), with or without .npz")
-    parser.add_argument("--data-root", type=Path, required=True, help="the data=coco folder (test_caps.txt, test_ims.npy)")
+    parser.add_argument("--data-root", type=Path, required=True,
+                        help="the data=coco folder (ivendrov's coco.zip, or test_caps.txt and test_ims.npy)")
     parser.add_argument("--encoder", choices=tuple(ENCODERS), default=None,
                         help="OE's GRU layer the model ran with (default: from the pickle; module docstring)")
     parser.add_argument("--caption-eos", action=argparse.BooleanOptionalAction, default=True,
