@@ -244,7 +244,7 @@ def changes(saved: dict[str, Any], new: dict[str, Any]) -> Changes:
 # whose config.yaml predates the key trained with (a resume accepts its absence the same way)
 ADDED_KEYS = {"train.compile": False, "train.precision": "fp32", "train.select_metric": None,
               "train.select_mode": None, "train.early_stop_patience": None, "train.max_loss": None, "optim.eps_inside": False,
-              "allocator": "default"}
+              "allocator": "default", "task.caption_eos": False}
 # where a summary.json holds a run's identity (identity()), by config key
 SUMMARY_IDENTITY = {"task.name": "task", "norm.name": "norm", "norm.p": "p", "seed": "seed", "data.name": "data",
                     "scale.name": "scale"}

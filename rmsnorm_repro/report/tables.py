@@ -262,8 +262,27 @@ def render_curve_summary(page: Page, runs: list[Run], groups: list[Group], paper
     return table(header, body)
 
 
+def authors_retrieval_scores(runs: list[Run]) -> list[tuple[str, dict | str]]:
+    """(file name, import_oe's result or why it is unreadable) for each COCO folder our runs read
+    (data.root) that holds the authors' model scored by import_oe."""
+    roots = sorted({str(run.config.get("data", {}).get("root")) for run in runs
+                    if run.config.get("data", {}).get("name") == "coco"})
+    if not roots:
+        return []
+    from ..tasks.retrieval import import_oe  # here, not above: it loads torch, which pages without COCO runs never need
+    found = []
+    for path in (Path(root) / import_oe.RESULT_FILE for root in roots):
+        if path.is_file():
+            try:
+                found.append((path.name, import_oe.read_result(path)))
+            except ValueError as e:
+                found.append((path.name, str(e)))
+    return found
+
+
 def render_retrieval(page: Page, runs: list[Run], groups: list[Group], paper: list[dict]) -> list[str]:
-    """Table 7's layout: "R@1 / R@5 / R@10 / mean r" per direction, paper beside ours."""
+    """Table 7's layout: "R@1 / R@5 / R@10 / mean r" per direction, paper beside ours; then the
+    authors' own trained model scored by our evaluation, where import_oe left its result."""
     keys = ("r1", "r5", "r10", "meanr")
     header = ["model", "runs"] + [f"{side} {who}" for side in ("caption retrieval", "image retrieval")
                                   for who in ("paper", "ours")]
@@ -278,6 +297,18 @@ def render_retrieval(page: Page, runs: list[Run], groups: list[Group], paper: li
                 cells.append(FAILS)
             else:
                 cells.append(" / ".join(fmt_stat(group.stat(f"{side}_{k}"), digits=1) for k in keys))
+        body.append(cells)
+    for name, result in authors_retrieval_scores(runs):
+        if isinstance(result, str):
+            body.append([f"the authors' model ({name})", f"unreadable: {result}", "-", "-", "-", "-"])
+            continue
+        prow = next((row for row in paper if row.get("norm") == result["norm"]), None)
+        eos = "" if result["caption_eos"] else ", captions without <eos>"
+        cells = [f"{prow['model'] if prow else result['norm']}: the authors' model ({result['model']}.npz, OE "
+                 f"{result['encoder']}{eos}), scored here", f"their weights, {result['test_images']} test images"]
+        for side in ("caption", "image"):
+            cells.append(" / ".join((prow or {}).get(f"{side}_{k}") or "-" for k in keys))
+            cells.append(" / ".join(f"{result['metrics'][f'{side}_{k}']:.1f}" for k in keys))
         body.append(cells)
     return table(header, body)
 

@@ -39,8 +39,8 @@ SOURCES = {
         "top4.zip (bzhangGo/rmsnorm README), the passages their attentive reader trained on",
         "top4's pickles (about 380,000 training questions)", "none: the pickles are read as they are"),
     "coco": DataSource(
-        "coco", "ivendrov/order-embedding's COCO folder ({train,dev,test}_caps.txt and _ims.npy) in data/coco "
-        "(or data.root)", None, "~1.9 GB of VGG19 features for 113,287 training images, plus dev and test",
+        "coco", "unzip ivendrov/order-embedding's http://www.cs.toronto.edu/~vendrov/order/coco.zip and point data.root "
+        "at its folder of {train,val,test}.txt and images/10crop/ (default data/coco)", None, "~1.9 GB of VGG19 features for 113,287 training images, plus dev and test",
         "none with the .npy features; from raw images scripts/extract_coco_features.py (VGG19, not measured)"),
     "cifar10": DataSource(
         "cifar10", "`make data-cifar10` once where there is network", None, "163 MB (cifar-10-batches-py)",

@@ -134,6 +134,25 @@ def test_coco_loader_real_layout_and_errors(tmp_path):
         load_coco({"root": str(tmp_path / "missing")})
 
 
+def test_coco_zip_layout_reads_as_the_caps_ims_layout(tmp_path):
+    """ivendrov's coco.zip: {train,val,test}.txt and images/10crop/{train,val,test}.npy (datasets.py:26-32)."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ours.mkdir()
+    write_coco(ours)
+    (theirs / "images" / "10crop").mkdir(parents=True)
+    for name, oe_name in (("train", "train"), ("dev", "val"), ("test", "test")):
+        (theirs / f"{oe_name}.txt").write_bytes((ours / f"{name}_caps.txt").read_bytes())
+        (theirs / "images" / "10crop" / f"{oe_name}.npy").write_bytes((ours / f"{name}_ims.npy").read_bytes())
+    a, b = load_coco({"root": str(ours)}), load_coco({"root": str(theirs)})
+    assert a.vocab == b.vocab
+    for split in ("train", "valid", "test"):
+        assert all(torch.equal(x, y) for x, y in zip(a.splits[split].captions, b.splits[split].captions))
+        assert torch.equal(a.splits[split].images, b.splits[split].images)
+    (theirs / "images" / "10crop" / "val.npy").unlink()
+    with pytest.raises(FileNotFoundError, match=r"images/10crop/val.npy not found; set data.root to the folder of ivendrov's coco.zip"):
+        load_coco({"root": str(theirs)})
+
+
 def test_feature_extractor_without_cached_weights_says_where_to_put_them(tmp_path, monkeypatch):
     import importlib.util
 

@@ -1,8 +1,10 @@
-"""Image-caption data: the order-embedding COCO layout, or generated images and captions.
+"""Image-caption data: the order-embedding COCO files, or generated images and captions.
 
-A split holds N images (feature vectors) and 5N captions, captions 5i .. 5i+4 describing image i,
-exactly like ivendrov/order-embedding's `{split}_caps.txt` (one tokenized caption per line) and
-`{split}_ims.npy` ((N, 4096) VGG19 10-crop fc7 features; scripts/extract_coco_features.py builds it).
+A split holds N images (feature vectors) and 5N captions, captions 5i .. 5i+4 describing image i: one
+tokenized caption per line and an (N, 4096) array of VGG19 10-crop fc7 features, as ivendrov's
+order-embedding `coco.zip` holds them (`{train,val,test}.txt`, `images/10crop/{train,val,test}.npy`,
+read by their datasets.py:26-32) or as `{train,dev,test}_caps.txt` and `{train,dev,test}_ims.npy`
+(scripts/extract_coco_features.py builds the .npy files).
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from torch.nn.utils.rnn import pad_sequence
 from ..base import check_int, read_lines
 
 CAPTIONS_PER_IMAGE = 5
-PAD, UNK = "<pad>", "<unk>"
+PAD, UNK, EOS = "<pad>", "<unk>", "<eos>"
 COCO_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
+OE_SPLIT_NAMES = {"train": "train", "dev": "val", "test": "test"}  # ivendrov datasets.py:26 (coco.zip's names)
 
 
 @dataclass
@@ -46,32 +49,52 @@ def pad_captions(captions: list[Tensor], device: torch.device) -> tuple[Tensor, 
     return tokens, tokens != 0
 
 
-def _encoder(vocab: list[str]):
+def specials(caption_eos: bool) -> list[str]:
+    """The ids before the words: padding 0, unknown 1, and with task.caption_eos the end token 2."""
+    return [PAD, UNK, EOS] if caption_eos else [PAD, UNK]
+
+
+def caption_encoder(vocab: list[str], caption_eos: bool):
+    """words -> token ids (unknown words: UNK). caption_eos: every caption ends with EOS (ivendrov's
+    encoder reads word 0, `<eos>`, as one more step: datasource.py:59-67, tools.py:78-82) and an empty
+    caption is EOS alone; else an empty caption is one UNK (the GRU needs a step)."""
     ids = {w: i for i, w in enumerate(vocab)}
+    if caption_eos:
+        return lambda words: torch.tensor([ids.get(w, 1) for w in words] + [ids[EOS]], dtype=torch.int32)
     return lambda words: torch.tensor([ids.get(w, 1) for w in words] or [1], dtype=torch.int32)
 
 
 # Real data: COCO in the order-embedding layout ------------------------------------------------------
-def read_coco_split(root: Path, name: str) -> tuple[list[list[str]], np.ndarray]:
-    """(captions as lowercased word lists, image features) of one split; checks the 5-per-image layout.
+def coco_files(root: Path, name: str) -> tuple[Path, Path]:
+    """(captions, features) of split `name` (train, dev, test): `{name}_caps.txt` and `{name}_ims.npy`,
+    or else coco.zip's `{train,val,test}.txt` and `images/10crop/{train,val,test}.npy` when those are there."""
+    ours = root / f"{name}_caps.txt", root / f"{name}_ims.npy"
+    theirs = root / f"{OE_SPLIT_NAMES[name]}.txt", root / "images" / "10crop" / f"{OE_SPLIT_NAMES[name]}.npy"
+    return theirs if not ours[0].is_file() and theirs[0].is_file() else ours
+
+
+def read_coco_split(root: Path, name: str, lowercase: bool = True) -> tuple[list[list[str]], np.ndarray]:
+    """(captions as word lists, lowercased unless told not to, image features) of one split; checks the
+    5-per-image layout.
 
     One caption per line, lines split at "\\n" only (as ivendrov's reader): a stray "\\r" or U+2028
     inside a caption is whitespace, an empty line is an empty caption (it keeps its place, so the
     captions after it stay with their images); only empty lines at the end of the file are dropped.
     """
-    caps_path, ims_path = root / f"{name}_caps.txt", root / f"{name}_ims.npy"
+    caps_path, ims_path = coco_files(root, name)
     for path in (caps_path, ims_path):
         if not path.is_file():
             raise FileNotFoundError(
-                f"data=coco: {path} not found; set data.root to a folder with {{train,dev,test}}_caps.txt and "
-                "{train,dev,test}_ims.npy (build the .npy files with scripts/extract_coco_features.py)"
+                f"data=coco: {path} not found; set data.root to the folder of ivendrov's coco.zip ({{train,val,test}}.txt, "
+                "images/10crop/{train,val,test}.npy) or one with {train,dev,test}_caps.txt and {train,dev,test}_ims.npy "
+                "(build the .npy files with scripts/extract_coco_features.py)"
             )
     lines = read_lines(caps_path)
     while lines and not lines[-1].strip():
         lines.pop()
     if not lines:
         raise ValueError(f"data=coco: {caps_path} is empty: want {CAPTIONS_PER_IMAGE} captions per image, one per line")
-    captions = [line.lower().split() for line in lines]
+    captions = [(line.lower() if lowercase else line).split() for line in lines]
     try:
         images = np.load(ims_path, allow_pickle=False)
     except (ValueError, EOFError, OSError) as e:  # truncated, empty, pickled or not an .npy at all
@@ -85,16 +108,18 @@ def read_coco_split(root: Path, name: str) -> tuple[list[list[str]], np.ndarray]
     return captions, images
 
 
-def load_coco(data_cfg: Mapping[str, Any]) -> RetrievalData:
+def load_coco(data_cfg: Mapping[str, Any], caption_eos: bool = False) -> RetrievalData:
     """All three splits; vocabulary from training captions (data.vocab_size most frequent, null: all);
-    data.max_len cuts captions after that many words."""
+    data.max_len cuts captions after that many words (before the EOS that caption_eos appends)."""
     if not data_cfg.get("root"):
-        raise ValueError("data=coco needs data.root: the folder with {train,dev,test}_caps.txt and _ims.npy")
+        raise ValueError("data=coco needs data.root: the folder of ivendrov's coco.zip, or one with "
+                         "{train,dev,test}_caps.txt and _ims.npy")
+    head = specials(caption_eos)
     check_int(data_cfg, "max_len", 1, optional=True, name="data.max_len")
-    check_int(data_cfg, "vocab_size", 2, optional=True, name="data.vocab_size")
+    check_int(data_cfg, "vocab_size", len(head), optional=True, name="data.vocab_size")
     root = Path(str(data_cfg["root"])).expanduser()
     raw = {split: read_coco_split(root, name) for split, name in COCO_SPLITS.items()}
-    dims = {f"{name}_ims.npy": raw[split][1].shape[1] for split, name in COCO_SPLITS.items()}
+    dims = {coco_files(root, name)[1].name: raw[split][1].shape[1] for split, name in COCO_SPLITS.items()}
     if len(set(dims.values())) > 1:
         raise ValueError(f"data=coco: the image features differ in size between splits ({dims}); "
                          "build all three with the same scripts/extract_coco_features.py settings")
@@ -102,8 +127,8 @@ def load_coco(data_cfg: Mapping[str, Any]) -> RetrievalData:
     counts = Counter(w for caption in raw["train"][0] for w in caption)
     ranked = sorted(counts, key=lambda w: (-counts[w], w))
     size = data_cfg.get("vocab_size")
-    vocab = [PAD, UNK] + (ranked if size is None else ranked[: max(int(size) - 2, 0)])
-    encode = _encoder(vocab)
+    vocab = head + (ranked if size is None else ranked[: max(int(size) - len(head), 0)])
+    encode = caption_encoder(vocab, caption_eos)
     splits = {
         split: Split([encode(c[:max_len]) for c in captions], torch.from_numpy(np.asarray(images, dtype=np.float32)))
         for split, (captions, images) in raw.items()
@@ -112,7 +137,7 @@ def load_coco(data_cfg: Mapping[str, Any]) -> RetrievalData:
 
 
 # Generated data -----------------------------------------------------------------------------------
-def synthetic_retrieval(sizes: Mapping[str, Any]) -> RetrievalData:
+def synthetic_retrieval(sizes: Mapping[str, Any], caption_eos: bool = False) -> RetrievalData:
     """Images and captions from one latent structure: each image shows a few objects.
 
     An image's features are the sum of its objects' fixed random prototypes plus noise; each of its
@@ -125,8 +150,8 @@ def synthetic_retrieval(sizes: Mapping[str, Any]) -> RetrievalData:
     if not 1 <= min_named <= per_image <= n_obj:
         raise ValueError("task.synthetic: need 1 <= min_named <= objects_per_image <= objects")
     connectors = ["and", "with", "near", "on", "beside"]
-    vocab = [PAD, UNK, "a"] + connectors + [f"obj{i}" for i in range(n_obj)]
-    encode = _encoder(vocab)
+    vocab = specials(caption_eos) + ["a"] + connectors + [f"obj{i}" for i in range(n_obj)]
+    encode = caption_encoder(vocab, caption_eos)
     generator = torch.Generator().manual_seed(int(sizes["seed"]))
     prototypes = torch.randn(n_obj, dim, generator=generator)
 
@@ -152,9 +177,9 @@ def synthetic_retrieval(sizes: Mapping[str, Any]) -> RetrievalData:
 
 
 def load_retrieval_data(cfg: Any) -> RetrievalData:
-    name = cfg.data.name
+    name, caption_eos = cfg.data.name, bool(cfg.task.get("caption_eos", False))
     if name == "coco":
-        return load_coco(cfg.data)
+        return load_coco(cfg.data, caption_eos)
     if name == "synthetic":
-        return synthetic_retrieval(cfg.task.synthetic)
+        return synthetic_retrieval(cfg.task.synthetic, caption_eos)
     raise ValueError(f"task=retrieval reads data=synthetic or data=coco, not data={name}")

@@ -1,14 +1,14 @@
 """task=retrieval: COCO image-caption retrieval with order embeddings (Tables 7-8, Figure 6)."""
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from ..base import Task, check_int, check_number
 from ..sampling import batch_indices
-from .data import CAPTIONS_PER_IMAGE, load_retrieval_data, pad_captions
+from .data import CAPTIONS_PER_IMAGE, Split, load_retrieval_data, pad_captions
 from .metrics import contrastive_loss, fold_metrics, order_violation
 from .model import OrderEmbedding
 
@@ -35,6 +35,9 @@ class RetrievalTask(Task):
         sampling = (cfg.get("task") or {}).get("sampling")
         if sampling not in (None, "images", "captions"):
             raise ValueError(f"task.sampling must be images or captions, got {sampling!r}")
+        caption_eos = (cfg.get("task") or {}).get("caption_eos", False)
+        if not isinstance(caption_eos, bool):
+            raise ValueError(f"task.caption_eos must be true or false, got {caption_eos!r}")
         for split in ("train", "valid", "test"):  # data=synthetic: an empty split would fail at evaluation
             check_int(cfg, f"task.synthetic.{split}_images", 1)
 
@@ -75,21 +78,29 @@ class RetrievalTask(Task):
         # Summed, not averaged, over the batch, as in ivendrov's code (the paper's lr 1e-3 goes with it).
         return contrastive_loss(order_violation(s, im), float(self.cfg.task.margin)), len(s)
 
-    @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
-        """R@1/5/10, medr, meanr both ways and rsum; a 5000-image split is scored as 5 folds of 1000
-        images averaged (the paper's protocol), any other size as one fold of all its images."""
-        data = self.data.splits[split]
-        size = int(self.cfg.task.eval_batch_size)
-        # Length-sorted batches waste little on padding; results are put back in caption order.
-        order = sorted(range(len(data.captions)), key=lambda i: len(data.captions[i]))
-        captions = torch.empty(len(order), int(self.cfg.task.model.dim), device=self.device)
-        for start in range(0, len(order), size):
-            self.check_stop()
-            chunk = order[start : start + size]
-            captions[chunk] = model.encode_captions(*pad_captions([data.captions[i] for i in chunk], self.device))
-        self.check_stop()
-        images = torch.cat([model.encode_images(x.to(self.device)) for x in data.images.split(size)])
-        self.check_stop()
-        folds = PAPER_FOLDS if images.shape[0] == PAPER_TEST_IMAGES else 1
-        return fold_metrics(captions, images, folds)
+        return score_split(model, self.data.splits[split], int(self.cfg.task.eval_batch_size), self.device,
+                           self.check_stop)
+
+
+@torch.no_grad()
+def score_split(model: nn.Module, data: Split, batch_size: int, device: torch.device,
+                between: Callable[[], None] = lambda: None) -> dict[str, float]:
+    """R@1/5/10, medr, meanr both ways and rsum; a 5000-image split is scored as 5 folds of 1000
+    images averaged (the paper's protocol), any other size as one fold of all its images.
+    `between` runs between batches (the runner's stop check)."""
+    # Length-sorted batches waste little on padding; results are put back in caption order.
+    order = sorted(range(len(data.captions)), key=lambda i: len(data.captions[i]))
+    parts = []
+    for start in range(0, len(order), batch_size):
+        between()
+        parts.append(model.encode_captions(*pad_captions([data.captions[i] for i in order[start : start + batch_size]],
+                                                         device)))
+    encoded = torch.cat(parts)
+    captions = torch.empty_like(encoded)
+    captions[torch.tensor(order, device=encoded.device)] = encoded
+    between()
+    images = torch.cat([model.encode_images(x.to(device)) for x in data.images.split(batch_size)])
+    between()
+    folds = PAPER_FOLDS if images.shape[0] == PAPER_TEST_IMAGES else 1
+    return fold_metrics(captions, images, folds)
