@@ -40,6 +40,16 @@ def test_scale_paper_without_data_is_refused_in_one_line_naming_the_paper_data(t
     assert not list(tmp_path.rglob("summary.json")) and not list(tmp_path.rglob("checkpoints"))
 
 
+def test_the_rnnsearch_refusal_names_the_authors_preprocessed_copy_too(tmp_path, monkeypatch, capsys):
+    from rmsnorm_repro.tasks.paper_data import NEMATUS_DATA_URL
+
+    code, err = _main_stderr(monkeypatch, capsys, tmp_path, "task=rnnsearch", "scale=paper")
+    assert code == 2 and len(err) == 1
+    assert f"add data=wmt14, data=wmt14_nematus for the authors' preprocessed copy (get it: the authors' " \
+           f"preprocessed WMT data from {NEMATUS_DATA_URL}" in err[0], err
+    assert "wmt14_nematus" in get_task_class("rnnsearch").supported_data
+
+
 def test_a_sweep_at_scale_paper_without_data_is_refused_too(tmp_path, monkeypatch, capsys):
     code, err = _main_stderr(monkeypatch, capsys, tmp_path, "-m", "task=convpool", "scale=paper", "seed=1,2")
     assert code == 2

@@ -25,9 +25,9 @@ from typing import Any, Mapping, Sequence
 
 from ...record import shown_folder
 from ..base import read_lines
+from ..paper_data import NEMATUS_DATA_URL as AUTHORS_URL
 from .vocab import BOS, EOS, PAD, UNK
 
-AUTHORS_URL = "http://data.statmt.org/bzhang/neurips19_rmsnorm/"
 NAME = "wmt14_nematus"
 UNK_WORD = "UNK"  # what Nematus writes for an unknown id (util.py seq2words: the dictionary's own "UNK")
 log = logging.getLogger(__name__)
