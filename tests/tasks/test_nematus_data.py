@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections import OrderedDict
 from pathlib import Path
 
@@ -78,6 +79,18 @@ def nematus_ids(dictionary: dict[str, int], line: str, n_words: int | None) -> l
     return [kept.get(w, 1) for w in line.split()]
 
 
+def test_a_line_is_cut_at_ascii_white_space_only_as_python_2_nematus_cuts_it(tmp_path):
+    """A no-break space inside a token stays in it, in the dictionary (build_dictionary.py: split(" ")) and
+    in the text (data_iterator.py: a Python 2 byte string's split)."""
+    root = tmp_path / "wmt"
+    root.mkdir()
+    (root / "c.de").write_text("3\u00a0000 Euro\n3\u00a0000 Euro\tmehr\n", encoding="utf-8")
+    dictionary = build_dictionary(root / "c.de")
+    assert "3\u00a0000" in dictionary and "Euro\tmehr" in dictionary  # build_dictionary splits at " " only
+    vocab = NematusVocab(root / "c.de.json")
+    assert vocab.encode(["3\u00a0000 Euro\tmehr"]) == [[dictionary["3\u00a0000"] + 2, dictionary["Euro"] + 2, UNK]]
+
+
 @pytest.mark.parametrize("n_words", [None, 6])
 def test_the_suite_reads_each_word_as_nematus_does_shifted_past_pad_and_bos(tmp_path, n_words):
     root = write_nematus_folder(tmp_path / "wmt")
@@ -105,6 +118,14 @@ def test_translations_go_back_to_plain_text_as_wmt17_postprocess_does_and_score_
     assert raw == ["die Katze sitzt auf der Matte .", "ein Hund läuft &quot; schnell &quot; ."]
     assert sacrebleu.corpus_bleu(raw, [RAW_DE[:2]]).score < 85  # unprocessed: case and &quot; cost 19 points here
     assert vocab.decode([[UNK, vocab.encode(["Hund"])[0][0]]]) == ["UNK Hund"]  # Nematus writes an unknown id as UNK
+
+
+def test_without_sacremoses_the_postprocessing_is_refused_when_the_data_is_read(tmp_path, monkeypatch):
+    root = write_nematus_folder(tmp_path / "wmt")
+    monkeypatch.setitem(sys.modules, "sacremoses", None)  # import fails
+    with pytest.raises(ValueError, match="need sacremoses, a dependency of this package: pip install sacremoses"):
+        NematusVocab(root / "corpus.bpe.de.json")
+    assert NematusVocab(root / "corpus.bpe.de.json", detruecase=False, detokenize=False).decode([[4]]) == ["."]
 
 
 def test_the_corpus_pairs_bpe_text_with_raw_references_and_skips_an_absent_test_set(tmp_path):

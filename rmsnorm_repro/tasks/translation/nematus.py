@@ -8,7 +8,7 @@ are the defaults here (configs/data/wmt14_nematus.yaml):
   <root>/<dictionary>      Nematus' JSON vocabulary of one side (data/build_dictionary.py: word -> id,
                            "eos" 0, "UNK" 1, the words by falling frequency from 2): corpus.bpe.<lang>.json
   <root>/<prefix>.<tgt>    the raw references BLEU scores against (download_files.sh:54-76: newstest2013.de ...)
-Source and target have their own vocabulary. A line is its words split on white space, a word not in the
+Source and target have their own vocabulary. A line is its words split on ASCII white space, a word not in the
 dictionary or with an id at or above the side's n_words limit is UNK (Nematus data_iterator.py:83-95,
 136-195). Nematus id k >= 2 is the suite's k + 2, UNK stays 1 and eos is the suite's EOS, so PAD (0) and
 BOS (2) keep their ids. Translations are turned back into text as wmt17's postprocess.sh:17-19 does:
@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,6 +31,9 @@ from .vocab import BOS, EOS, PAD, UNK
 
 NAME = "wmt14_nematus"
 UNK_WORD = "UNK"  # what Nematus writes for an unknown id (util.py seq2words: the dictionary's own "UNK")
+# Nematus (Python 2) splits a line's bytes, so at ASCII white space only: a no-break space or U+2009 inside a
+# token stays in it, as in the dictionary (build_dictionary.py splits at " "), where Python 3's split would cut
+ASCII_SPACE = re.compile(r"[ \t\n\r\x0b\x0c]+")
 log = logging.getLogger(__name__)
 
 
@@ -56,14 +60,20 @@ class NematusVocab:
         self.words = {i: word for word, i in self.ids.items() if i > EOS}
         self.size = limit + 2
         self.lang, self.detruecase, self.detokenize = lang, bool(detruecase), bool(detokenize)
+        if self.detruecase or self.detokenize:
+            try:  # known now, not at the first evaluation
+                import sacremoses  # noqa: F401
+            except ImportError:
+                raise ValueError("data.detruecase / data.detokenize need sacremoses, a dependency of this package: "
+                                 "pip install sacremoses (or set both to false to score the tokenized text)") from None
         self.cache_key = hashlib.sha256(raw + f"|{limit}".encode()).hexdigest()[:16]
 
     def __len__(self) -> int:
         return self.size
 
     def encode(self, sentences: Sequence[str]) -> list[list[int]]:
-        ids = self.ids
-        return [[ids.get(word, UNK) for word in line.split()] for line in sentences]
+        ids, split = self.ids, ASCII_SPACE.split
+        return [[ids.get(word, UNK) for word in split(line) if word] for line in sentences]
 
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Plain text; everything from the first EOS on is dropped, PAD and BOS are skipped, UNK is "UNK"."""
@@ -84,8 +94,8 @@ class NematusVocab:
             truecase, detok = MosesDetruecaser(), MosesDetokenizer(lang=self.lang)
             if self.detruecase:
                 out = [truecase.detruecase(line, return_str=True) for line in out]
-            if self.detokenize:
-                out = [detok.detokenize(line.split(), return_str=True) for line in out]
+            if self.detokenize:  # the tokens as the model wrote them: cut at " " only
+                out = [detok.detokenize([t for t in line.split(" ") if t], return_str=True) for line in out]
         return out
 
 
