@@ -157,6 +157,12 @@ def test_a_missing_file_is_one_line_naming_it_and_the_authors_copy(tmp_path, rem
     assert "\n" not in line and f"{named} missing in {root}" in line and AUTHORS_URL in line
 
 
+def test_a_limit_that_leaves_no_word_is_refused(tmp_path):
+    root = write_nematus_folder(tmp_path / "wmt")
+    with pytest.raises(ValueError, match="data.n_words / data.n_words_src = 1 leaves no word of"):
+        TranslationData(run_cfg(tmp_path, root, n_words=1), "sentences", 4)
+
+
 @pytest.mark.parametrize("content, why", [
     ("[1, 2]", "is not a Nematus JSON dictionary"), ("{\"eos\": 0, \"UNK\": 1,", "is not a Nematus JSON dictionary"),
     ('{"eos": 0, "UNK": 1, "a": 1}', "gives two words the same id"), ('{"eos": 0, "a": -3}', "whole id >= 0"),

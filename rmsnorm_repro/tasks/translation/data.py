@@ -5,8 +5,9 @@ With data.dev_pairs = N, the last N training pairs are held out as `dev`: the sp
 during training (the curves, best-model selection, early stopping) uses, so that valid and the tests
 are scored only by weights they did not choose. Without it, dev is valid (the paper's setting).
 `TranslationData` trains/loads the joint BPE vocabulary (data=wmt14_nematus: reads the authors' two
-Nematus vocabularies instead, nematus.py), encodes every split once (cached under paths.cache_dir), drops training pairs over the length limit and cuts the training set into
-length buckets. Valid and test sentences are cut to task.decode.max_eval_len subwords per side
+Nematus vocabularies instead, nematus.py), encodes every split once (cached under paths.cache_dir),
+drops training pairs over the length limit and cuts the training set into length buckets. Valid and
+test sentences are cut to task.decode.max_eval_len subwords per side
 (default DEFAULT_MAX_EVAL_LEN, with a warning when it happens): a stray 100k-character line would
 otherwise make every evaluation batch it lands in cost minutes; BLEU still scores the whole reference. `train_batch(step, rank, world_size)` is a pure function of (seed, step): the
 batches of epoch e are the fixed buckets in the order of a permutation seeded by (seed, e).
@@ -430,6 +431,7 @@ class TranslationData:
         self.train = train if len(keep) == len(train) else subset(train, keep)
         cut = (cfg["task"].get("decode") or {}).get("max_eval_len")
         cut = DEFAULT_MAX_EVAL_LEN if cut is None else int(cut)
+
         def scored(name: str, pair: Pair) -> Pair:
             """(source, the references BLEU scores against): the *_text pairs."""
             return pair[0], corpus.references.get(name) or self.vocab.plain_text(pair[1])

@@ -8,8 +8,8 @@ are the defaults here (configs/data/wmt14_nematus.yaml):
   <root>/<dictionary>      Nematus' JSON vocabulary of one side (data/build_dictionary.py: word -> id,
                            "eos" 0, "UNK" 1, the words by falling frequency from 2): corpus.bpe.<lang>.json
   <root>/<prefix>.<tgt>    the raw references BLEU scores against (download_files.sh:54-76: newstest2013.de ...)
-Source and target have their own vocabulary. A line is its words split on ASCII white space, a word not in the
-dictionary or with an id at or above the side's n_words limit is UNK (Nematus data_iterator.py:83-95,
+Source and target have their own vocabulary. A line is its words split on ASCII white space, a word not
+in the dictionary or with an id at or above the side's n_words limit is UNK (Nematus data_iterator.py:83-95,
 136-195). Nematus id k >= 2 is the suite's k + 2, UNK stays 1 and eos is the suite's EOS, so PAD (0) and
 BOS (2) keep their ids. Translations are turned back into text as wmt17's postprocess.sh:17-19 does:
 "@@ " removed, detruecased and Moses-detokenized (sacremoses, Moses' scripts in Python), then scored
@@ -55,7 +55,8 @@ class NematusVocab:
         # null: the whole dictionary, as Nematus sizes a vocabulary it is not given (nmt.py:747-755)
         limit = max(words.values()) + 1 if n_words is None else int(n_words)
         if limit < 2:
-            raise ValueError(f"data: n_words={limit} leaves no word of {path} (Nematus' eos and UNK are ids 0 and 1)")
+            raise ValueError(f"data.n_words / data.n_words_src = {limit} leaves no word of {path} (Nematus' eos and "
+                             "UNK are ids 0 and 1): give more, or null for the whole dictionary")
         self.ids = {word: suite_id(i) for word, i in words.items() if i < limit}
         self.words = {i: word for word, i in self.ids.items() if i > EOS}
         self.size = limit + 2
@@ -82,7 +83,7 @@ class NematusVocab:
             seq = list(seq)
             if EOS in seq:
                 seq = seq[: seq.index(EOS)]
-            lines.append(" ".join(UNK_WORD if i == UNK else self.words.get(i, UNK_WORD) for i in seq if i not in (PAD, BOS)))
+            lines.append(" ".join(self.words.get(i, UNK_WORD) for i in seq if i not in (PAD, BOS)))
         return self.plain_text(lines)
 
     def plain_text(self, lines: Sequence[str]) -> list[str]:
