@@ -226,3 +226,13 @@ def test_a_missing_folder_through_the_entry_point_is_one_line_and_exit_2(tmp_pat
     assert err[0].startswith(f"error: data=wmt14_nematus: no folder {tmp_path / 'data' / 'wmt14_nematus'}: get the "
                              "authors' preprocessed WMT data")
     assert AUTHORS_URL in err[0]
+
+
+def test_a_transformer_sharing_one_vocabulary_is_refused_through_the_entry_point(tmp_path, monkeypatch, capsys):
+    root = write_nematus_folder(tmp_path / "wmt")
+    code, err = main_in_process(monkeypatch, capsys, "task=transformer", "scale=mini", "data=wmt14_nematus",
+                                f"data.root={root}", f"paths.runs_dir={tmp_path / 'runs'}",
+                                f"paths.cache_dir={tmp_path / 'cache'}", "device=cpu")
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: task.model.share_embeddings=true needs one vocabulary for both sides")
+    assert err[0].endswith("set task.model.share_embeddings=false")
