@@ -118,6 +118,10 @@ def test_translations_go_back_to_plain_text_as_wmt17_postprocess_does_and_score_
     assert raw == ["die Katze sitzt auf der Matte .", "ein Hund läuft &quot; schnell &quot; ."]
     assert sacrebleu.corpus_bleu(raw, [RAW_DE[:2]]).score < 85  # unprocessed: case and &quot; cost 19 points here
     assert vocab.decode([[UNK, vocab.encode(["Hund"])[0][0]]]) == ["UNK Hund"]  # Nematus writes an unknown id as UNK
+    # tokenizer.perl -a's hyphens and escapes, and detruecase.perl's sentence starts (after ": &quot;" too)
+    assert vocab.plain_text(["ein 3 @-@ Zim@@ mer @-@ Apartment kostet 5 &amp; mehr .",
+                             "sie sagte : &quot; es geht &quot; ; dann ging sie ."]) == [
+        "Ein 3-Zimmer-Apartment kostet 5 & mehr.", 'Sie sagte: "Es geht"; dann ging sie.']
 
 
 def test_without_sacremoses_the_postprocessing_is_refused_when_the_data_is_read(tmp_path, monkeypatch):
