@@ -178,6 +178,12 @@ def test_a_file_that_is_not_a_nematus_dictionary_is_refused(tmp_path, content, w
         TranslationData(run_cfg(tmp_path, root), "sentences", 4)
 
 
+def test_a_split_without_a_raw_reference_is_refused(tmp_path):
+    root = write_nematus_folder(tmp_path / "wmt")
+    with pytest.raises(ValueError, match="data.references names no raw reference for valid, test14, test17: BLEU"):
+        load_corpus(run_cfg(tmp_path, root, references=None))
+
+
 def test_a_reference_not_aligned_with_its_source_is_refused(tmp_path):
     root = write_nematus_folder(tmp_path / "wmt")
     (root / "newstest2014.de").write_text("\n".join(RAW_DE[:3]) + "\n", encoding="utf-8")
