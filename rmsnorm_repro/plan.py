@@ -20,7 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from .paths import configs_dir
-from .tasks.paper_data import GENERATED, PAPER_DATA, PAPER_SCALE, SOURCES
+from .tasks.paper_data import AUTHORS_COPY, GENERATED, PAPER_DATA, PAPER_SCALE, SOURCES
 
 GPU_CHECK = "results/speed"  # where `make speed-gpu` writes gpu-<device>.json
 
@@ -86,6 +86,9 @@ def data_lines(cfg: DictConfig) -> list[str]:
             lines.append(f"  get it: {source.prepare}")
         lines.append(f"  size: {source.size}")
         lines.append(f"  first preparation: {source.first_preparation}")
+    copy = AUTHORS_COPY.get(str(cfg.task.name))
+    if copy and copy != name:
+        lines.append(f"  or the authors' preprocessed copy: --data {copy} ({SOURCES[copy].prepare})")
     return lines
 
 

@@ -8,13 +8,19 @@ after reading its copy (rmsnorm_repro/tasks/translation/data.py TranslationData)
 32k joint sentencepiece BPE (cached under <work>/cache) and the tokenization of every pair (Encoded.encode). It prints the
 seconds of each phase and the process' peak resident memory. Reading the hub's saved copy (data=wmt14)
 instead of text files (data=text, measured here) is not part of the numbers.
+
+With --nematus it times what a first `data=wmt14_nematus` run does instead: no BPE; the two Nematus
+dictionaries (written first from the generated text, words by falling frequency, untimed) are read and
+every pair's words looked up in them (translation/nematus.py NematusVocab, Encoded.encode).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--vocab-size", type=int, default=32_000)
     parser.add_argument("--lexicon", type=int, default=200_000, help="distinct pseudo-words per language")
+    parser.add_argument("--nematus", action="store_true", help="time data=wmt14_nematus' preparation instead")
     args = parser.parse_args(argv)
     from rmsnorm_repro.tasks.translation.data import Encoded, load_corpus
+    from rmsnorm_repro.tasks.translation.nematus import NematusVocab
     from rmsnorm_repro.tasks.translation.vocab import build_vocab, corpus_hash
 
     text = args.work / "text"
@@ -66,11 +74,22 @@ def main(argv: list[str] | None = None) -> int:
     clock = time.perf_counter()
     key = corpus_hash(*corpus.train)
     phases["hash"] = time.perf_counter() - clock
+    if args.nematus:
+        for side, lines in zip(("en", "de"), corpus.train):
+            if not (text / f"train.{side}.json").exists():
+                counts = Counter(word for line in lines for word in line.split(" "))
+                words = {"eos": 0, "UNK": 1, **{w: i + 2 for i, (w, _) in enumerate(counts.most_common())}}
+                (text / f"train.{side}.json").write_text(json.dumps(words, ensure_ascii=False), encoding="utf-8")
+        clock = time.perf_counter()
+        src_vocab, vocab = (NematusVocab(text / f"train.{side}.json") for side in ("en", "de"))
+        phases["dictionaries"] = time.perf_counter() - clock
+    else:
+        clock = time.perf_counter()
+        src_vocab = vocab = build_vocab(*corpus.train, vocab_size=args.vocab_size, cache_dir=args.work / "cache",
+                                        corpus_key=key)
+        phases["bpe"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    vocab = build_vocab(*corpus.train, vocab_size=args.vocab_size, cache_dir=args.work / "cache", corpus_key=key)
-    phases["bpe"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-    encoded = Encoded.encode(vocab, corpus.train)
+    encoded = Encoded.encode(src_vocab, corpus.train, target_vocab=vocab)
     phases["tokenize"] = time.perf_counter() - clock
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     print(f"{len(encoded):,} pairs, {len(encoded.src) + len(encoded.tgt):,} subwords; "

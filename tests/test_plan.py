@@ -67,3 +67,15 @@ def test_make_plan_runs_the_plan_for_the_table_and_scale():
     out = subprocess.run(["make", "-n", "plan", "TABLE=table7", "SCALE=paper", "SEEDS=1", "PY=python"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
     assert "python -m rmsnorm_repro.plan table7 --scale paper --seeds 1" in out
+
+
+def test_rnnsearch_plans_name_the_authors_preprocessed_copy_and_plan_on_it(tmp_path, capsys):
+    assert main(["table2", "--speed", str(tmp_path), f"paths.data_dir={tmp_path / 'data'}"]) == 0
+    out = capsys.readouterr().out
+    assert f"  or the authors' preprocessed copy: --data wmt14_nematus ({SOURCES['wmt14_nematus'].prepare})" in out
+    assert main(["table2", "--data", "wmt14_nematus", "--speed", str(tmp_path), f"paths.data_dir={tmp_path / 'data'}"]) == 0
+    out = capsys.readouterr().out
+    assert f"data=wmt14_nematus in {tmp_path / 'data' / 'wmt14_nematus'}: MISSING" in out
+    assert "first preparation: no BPE to train" in out and "or the authors' preprocessed copy" not in out
+    assert main(["table4", "--speed", str(tmp_path), f"paths.data_dir={tmp_path / 'data'}"]) == 0
+    assert "authors' preprocessed copy" not in capsys.readouterr().out  # the Transformer's is not public

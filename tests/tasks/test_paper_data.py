@@ -40,10 +40,30 @@ def test_scale_paper_without_data_is_refused_in_one_line_naming_the_paper_data(t
     assert not list(tmp_path.rglob("summary.json")) and not list(tmp_path.rglob("checkpoints"))
 
 
-def test_a_sweep_at_scale_paper_without_data_is_refused_too(tmp_path, monkeypatch, capsys):
-    code, err = _main_stderr(monkeypatch, capsys, tmp_path, "-m", "task=convpool", "scale=paper", "seed=1,2")
+def test_the_rnnsearch_refusal_names_the_authors_preprocessed_copy_too(tmp_path, monkeypatch, capsys):
+    from rmsnorm_repro.tasks.paper_data import NEMATUS_DATA_URL
+
+    code, err = _main_stderr(monkeypatch, capsys, tmp_path, "task=rnnsearch", "scale=paper")
+    assert code == 2 and len(err) == 1
+    assert f"add data=wmt14, data=wmt14_nematus for the authors' preprocessed copy (get it: the authors' " \
+           f"preprocessed WMT data from {NEMATUS_DATA_URL}" in err[0], err
+    assert "wmt14_nematus" in get_task_class("rnnsearch").supported_data
+
+
+def test_a_sweep_at_scale_paper_without_data_is_refused_once_before_any_job(tmp_path, monkeypatch, capsys):
+    code, err = _main_stderr(monkeypatch, capsys, tmp_path, "-m", "task=convpool", "scale=paper", "seed=1,2,3")
     assert code == 2
-    assert err and all("task=convpool ran on data=cifar10" in line for line in err if line.startswith("error:")), err
+    assert len(err) == 1 and err[0].startswith("error: scale=paper trains on the paper's data: task=convpool ran on "
+                                               "data=cifar10"), err  # no "sweep: 3 runs" line, no job's own
+    assert not list(tmp_path.rglob("*.log")) and not list(tmp_path.rglob(".hydra"))
+
+
+def test_a_sweep_over_what_the_refusal_reads_is_left_to_its_jobs(tmp_path, monkeypatch, capsys):
+    """task=convpool,reader: the sweep is not refused as a whole (its jobs could differ); each job refuses itself."""
+    code, err = _main_stderr(monkeypatch, capsys, tmp_path, "-m", "task=convpool,reader", "scale=paper")
+    assert code == 2 and any(line.startswith("sweep: 2 runs over task") for line in err), err
+    assert [line.split(" ran on ")[0] for line in err if line.startswith("error: scale=paper")] == [
+        "error: scale=paper trains on the paper's data: task=convpool", "error: scale=paper trains on the paper's data: task=reader"]
 
 
 @pytest.mark.parametrize("overrides, refused", [

@@ -2,6 +2,7 @@
 BPE vocabulary, and the deterministic length-bucketed batches."""
 import gzip
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -205,6 +206,13 @@ def test_the_first_preparation_measurement_runs_the_real_steps_on_generated_text
     lines = (tmp_path / "text" / "train.de").read_text().splitlines()
     assert len(lines) == 300 and all(20 <= len(line.split()) <= 30 for line in lines)
     assert list((tmp_path / "cache" / "spm").glob("*.model"))
+    # --nematus: data=wmt14_nematus' preparation on the same text, no BPE: every word is in the dictionaries
+    assert measure.main(["--pairs", "300", "--work", str(tmp_path), "--lexicon", "500", "--nematus"]) == 0
+    out = capsys.readouterr().out
+    words = sum(len(line.split()) for side in ("en", "de") for line in (tmp_path / "text" / f"train.{side}").read_text().splitlines())
+    assert out.startswith(f"300 pairs, {words:,} subwords; ") and "dictionaries" in out and "bpe" not in out
+    dictionary = json.loads((tmp_path / "text" / "train.de.json").read_text())
+    assert dictionary["eos"] == 0 and dictionary["UNK"] == 1 and sorted(dictionary.values()) == list(range(len(dictionary)))
 
 
 # Batches --------------------------------------------------------------------------------------

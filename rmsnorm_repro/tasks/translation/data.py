@@ -1,12 +1,13 @@
-"""Parallel corpora (synthetic, text, multi30k, wmt14), subword encoding and length-bucketed batches.
+"""Parallel corpora (synthetic, text, multi30k, wmt14, wmt14_nematus), subword encoding and length-bucketed batches.
 
 `load_corpus` turns the data config into raw sentences: {train, valid, tests{name: split}, dev}.
 With data.dev_pairs = N, the last N training pairs are held out as `dev`: the split that evaluation
 during training (the curves, best-model selection, early stopping) uses, so that valid and the tests
 are scored only by weights they did not choose. Without it, dev is valid (the paper's setting).
-`TranslationData` trains/loads the joint BPE vocabulary, encodes every split once (cached under
-paths.cache_dir), drops training pairs over the length limit and cuts the training set into
-length buckets. Valid and test sentences are cut to task.decode.max_eval_len subwords per side
+`TranslationData` trains/loads the joint BPE vocabulary (data=wmt14_nematus: reads the authors' two
+Nematus vocabularies instead, nematus.py), encodes every split once (cached under paths.cache_dir),
+drops training pairs over the length limit and cuts the training set into length buckets. Valid and
+test sentences are cut to task.decode.max_eval_len subwords per side
 (default DEFAULT_MAX_EVAL_LEN, with a warning when it happens): a stray 100k-character line would
 otherwise make every evaluation batch it lands in cost minutes; BLEU still scores the whole reference. `train_batch(step, rank, world_size)` is a pure function of (seed, step): the
 batches of epoch e are the fixed buckets in the order of a permutation seeded by (seed, e).
@@ -28,7 +29,7 @@ from torch import Tensor
 from ...atomic import atomic_path, cached
 from ...record import shown_folder
 from ..base import read_lines as read_file_lines
-from . import synthetic
+from . import nematus, synthetic
 from .vocab import BOS, EOS, PAD, Vocab, build_vocab, corpus_hash
 
 Pair = tuple[list[str], list[str]]  # (source sentences, target sentences), aligned
@@ -44,6 +45,9 @@ class Corpus:
     tests: dict[str, Pair]          # metric prefix -> split, e.g. {"test14": ..., "test17": ...}
     info: dict[str, Any] = field(default_factory=dict)  # provenance worth recording (test variant)
     dev: Pair | None = None         # held out from train (data.dev_pairs); None: valid selects
+    # split -> the raw references BLEU scores against where the pair's target side is not plain text
+    # (data=wmt14_nematus: BPE); a split without one is scored against its target side made plain text
+    references: dict[str, list[str]] = field(default_factory=dict)
 
 
 # Loaders ------------------------------------------------------------------------------------
@@ -61,8 +65,11 @@ def load_corpus(cfg: Mapping[str, Any]) -> Corpus:
         corpus = _multi30k(data, cfg["paths"])
     elif name == "wmt14":
         corpus = _wmt14(data, cfg["paths"])
+    elif name == nematus.NAME:
+        corpus = Corpus(**nematus.load(data, cfg["paths"]))
     else:
-        raise ValueError(f"data={name} is not a translation data set; choose synthetic, text, multi30k or wmt14")
+        raise ValueError(f"data={name} is not a translation data set; choose synthetic, text, multi30k, wmt14 "
+                         f"or {nematus.NAME}")
     _check_corpus(corpus, f"data={name}")
     return hold_out_dev(corpus, data.get("dev_pairs"))
 
@@ -301,12 +308,13 @@ class Encoded:
         return {k: torch.from_numpy(getattr(self, k)) for k in ("src", "src_off", "tgt", "tgt_off")}
 
     @classmethod
-    def encode(cls, vocab: Vocab, pair: Pair, chunk: int = ENCODE_CHUNK) -> "Encoded":
+    def encode(cls, vocab: Vocab, pair: Pair, chunk: int = ENCODE_CHUNK, target_vocab: Vocab | None = None) -> "Encoded":
         """Tokenize a split `chunk` sentences at a time straight into the flat arrays: sentencepiece's
         lists of Python ints cost ~36 bytes a subword, so WMT14's ~300M subwords as lists would need
-        over 10 GB; the same arrays as Encoded(vocab.encode(src), vocab.encode(tgt))."""
+        over 10 GB; the same arrays as Encoded(vocab.encode(src), target_vocab.encode(tgt)).
+        target_vocab: the target side's where it has its own (data=wmt14_nematus); None: `vocab`."""
         obj = cls.__new__(cls)
-        for side, sentences in (("src", pair[0]), ("tgt", pair[1])):
+        for side, sentences, vocab in (("src", pair[0], vocab), ("tgt", pair[1], target_vocab or vocab)):
             parts = [_flatten(vocab.encode(sentences[start:start + chunk])) for start in range(0, len(sentences), chunk)]
             lengths = np.concatenate([np.diff(off) for _, off in parts]) if parts else np.zeros(0, dtype=np.int64)
             off = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -404,9 +412,15 @@ class TranslationData:
         data, paths = cfg["data"], cfg["paths"]
         key = corpus_hash(*corpus.train)
         cache = Path(os.path.expanduser(str(paths["cache_dir"])))
-        vocab_size = int(cfg["task"]["synthetic"]["vocab_size"] if data["name"] == "synthetic" else data["vocab_size"])
-        self.vocab: Vocab = build_vocab(*corpus.train, vocab_size=vocab_size, cache_dir=cache, corpus_key=key)
-        vocab_key = hashlib.sha256(Path(self.vocab.model_file).read_bytes()).hexdigest()[:16]
+        # self.vocab is the target side's (decoding, the output layer); src_vocab the source side's, the
+        # same joint vocabulary except for data=wmt14_nematus' two Nematus dictionaries
+        if data["name"] == nematus.NAME:
+            self.src_vocab, self.vocab = nematus.vocabularies(data, paths)
+            vocab_key = hashlib.sha256(f"{self.src_vocab.cache_key}|{self.vocab.cache_key}".encode()).hexdigest()[:16]
+        else:
+            vocab_size = int(cfg["task"]["synthetic"]["vocab_size"] if data["name"] == "synthetic" else data["vocab_size"])
+            self.vocab = self.src_vocab = build_vocab(*corpus.train, vocab_size=vocab_size, cache_dir=cache, corpus_key=key)
+            vocab_key = hashlib.sha256(Path(self.vocab.model_file).read_bytes()).hexdigest()[:16]
         self.max_len = int(cfg["task"]["max_len"])
 
         train = self._encode(corpus.train, cache / "tokenized" / f"{key[:16]}-{vocab_key}.pt")
@@ -417,11 +431,16 @@ class TranslationData:
         self.train = train if len(keep) == len(train) else subset(train, keep)
         cut = (cfg["task"].get("decode") or {}).get("max_eval_len")
         cut = DEFAULT_MAX_EVAL_LEN if cut is None else int(cut)
-        self.valid_text, self.valid = corpus.valid, self._encode_eval("valid", corpus.valid, cut)
+
+        def scored(name: str, pair: Pair) -> Pair:
+            """(source, the references BLEU scores against): the *_text pairs."""
+            return pair[0], corpus.references.get(name) or self.vocab.plain_text(pair[1])
+
+        self.valid_text, self.valid = scored("valid", corpus.valid), self._encode_eval("valid", corpus.valid, cut)
         # the split that evaluation during training reads: held-out dev, else valid
-        self.dev_text, self.dev = ((corpus.dev, self._encode_eval("dev", corpus.dev, cut)) if corpus.dev is not None
-                                   else (self.valid_text, self.valid))
-        self.tests = {name: (pair, self._encode_eval(name, pair, cut)) for name, pair in corpus.tests.items()}
+        self.dev_text, self.dev = ((scored("dev", corpus.dev), self._encode_eval("dev", corpus.dev, cut))
+                                   if corpus.dev is not None else (self.valid_text, self.valid))
+        self.tests = {name: (scored(name, pair), self._encode_eval(name, pair, cut)) for name, pair in corpus.tests.items()}
 
         self.seed = int(cfg["seed"])
         self.batch_size = int(batch_size)
@@ -438,13 +457,13 @@ class TranslationData:
 
     def _encode(self, pair: Pair, path: Path) -> Encoded:
         def build(tmp: Path) -> None:
-            torch.save(Encoded.encode(self.vocab, pair).state(), tmp)
+            torch.save(Encoded.encode(self.src_vocab, pair, target_vocab=self.vocab).state(), tmp)
 
         return cached(path, lambda p: Encoded.from_state(torch.load(p, weights_only=True)), build)
 
     def _encode_eval(self, name: str, pair: Pair, cut: int) -> Encoded:
         """An evaluation split, each side cut to `cut` subwords (said once in the log when any is)."""
-        sides = [self.vocab.encode(pair[0]), self.vocab.encode(pair[1])]
+        sides = [self.src_vocab.encode(pair[0]), self.vocab.encode(pair[1])]
         for side, label in zip(sides, ("source", "target")):
             longer = [len(ids) for ids in side if len(ids) > cut]
             if longer:

@@ -92,12 +92,14 @@ class RNNSearch(nn.Module):
     source_state = ("ctx", "keys", "src_mask")  # the state's tensors fixed by the source (beam.py)
     fused_loop = True  # teacher forcing's whole decoder loop as one kernel where it applies; False: step by step
 
-    def __init__(self, model_cfg: Mapping[str, Any], vocab_size: int, pad_id: int, norms: Normalization):
+    def __init__(self, model_cfg: Mapping[str, Any], vocab_size: int, pad_id: int, norms: Normalization,
+                 src_vocab_size: int | None = None):
+        """vocab_size: the target vocabulary's; src_vocab_size: the source's where it has its own (None: the same)."""
         super().__init__()
         cfg = _check_config(model_cfg)
         E, H = int(cfg["emb"]), int(cfg["hidden"])
         self.hidden_size, self.dropout = H, float(cfg["dropout"])
-        self.src_emb = nn.Embedding(vocab_size, E, padding_idx=pad_id)
+        self.src_emb = nn.Embedding(src_vocab_size or vocab_size, E, padding_idx=pad_id)
         self.tgt_emb = nn.Embedding(vocab_size, E, padding_idx=pad_id)
         self.encoder = NormGRU(E, H, norms, bidirectional=True, recurrent_dropout=self.dropout)
         self.init_state = NormFeedForward(2 * H, H, norms)

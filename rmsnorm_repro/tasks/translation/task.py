@@ -22,7 +22,7 @@ from .vocab import PAD
 
 
 class TranslationTask(Task):
-    supported_data = ("synthetic", "text", "multi30k", "wmt14")
+    supported_data = ("synthetic", "text", "multi30k", "wmt14", "wmt14_nematus")
     unit = "tokens"
     best_metric = ("bleu", "max")
     batching: ClassVar[str] = "sentences"
@@ -75,7 +75,8 @@ class TranslationTask(Task):
     def build_model(self) -> nn.Module:
         cls = self.model_class()
         cross_entropy.prepare(self.device)  # its kernel built before any clock starts
-        return cls(self.cfg.task.model, len(self.vocab), PAD, self.norms).to(self.device)
+        return cls(self.cfg.task.model, len(self.vocab), PAD, self.norms,
+                   src_vocab_size=len(self.data.src_vocab)).to(self.device)
 
     def train_batch(self, step: int, rank: int = 0, world_size: int = 1) -> dict[str, Tensor]:
         return self.data.train_batch(step, rank, world_size, self.device)

@@ -95,14 +95,20 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, model_cfg: DictConfig, vocab_size: int, pad_id: int, norms: Normalization):
+    def __init__(self, model_cfg: DictConfig, vocab_size: int, pad_id: int, norms: Normalization,
+                 src_vocab_size: int | None = None):
+        """vocab_size: the target vocabulary's; src_vocab_size: the source's where it has its own (None: the same)."""
         super().__init__()
         cfg, d = model_cfg, model_cfg.d_model
         self.d, self.pad_id = d, pad_id
-        self.src_embed = nn.Embedding(vocab_size, d, padding_idx=pad_id)
         # One joint BPE vocabulary: share source, target and output embeddings (transformer_wmt_en_de
         # with --share-all-embeddings); unshared, each side and the output get their own matrix.
         shared = bool(cfg.get("share_embeddings", True))
+        if shared and src_vocab_size not in (None, vocab_size):
+            raise ValueError(f"task.model.share_embeddings=true needs one vocabulary for both sides, but the source's has "
+                             f"{src_vocab_size} ids and the target's {vocab_size} (data=wmt14_nematus: two Nematus "
+                             "dictionaries); set task.model.share_embeddings=false")
+        self.src_embed = nn.Embedding(src_vocab_size or vocab_size, d, padding_idx=pad_id)
         self.tgt_embed = self.src_embed if shared else nn.Embedding(vocab_size, d, padding_idx=pad_id)
         self.out = None if shared else norms.linear(d, vocab_size, bias=False)
         self.encoder = nn.ModuleList(Block(cfg, norms, decoder=False) for _ in range(cfg.encoder_layers))

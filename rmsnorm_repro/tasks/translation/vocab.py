@@ -43,6 +43,10 @@ class Vocab:
             cut.append([i for i in seq if i > EOS])
         return self.sp.decode(cut)
 
+    def plain_text(self, lines: Sequence[str]) -> list[str]:
+        """Target-side training text as BLEU's references: raw text already (sentencepiece reads it as it is)."""
+        return list(lines)
+
 
 def corpus_hash(*sides: Iterable[str]) -> str:
     """sha256 over the sentences of every side (order matters); identifies a training corpus."""
