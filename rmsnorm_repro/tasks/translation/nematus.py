@@ -65,8 +65,8 @@ class NematusVocab:
             try:  # known now, not at the first evaluation
                 import sacremoses  # noqa: F401
             except ImportError:
-                raise ValueError("data.detruecase / data.detokenize need sacremoses, a dependency of this package: "
-                                 "pip install sacremoses (or set both to false to score the tokenized text)") from None
+                raise ValueError("data.detruecase / data.detokenize need sacremoses (this package's `nematus` extra): "
+                                 "pip install -e '.[nematus]' (or set both to false to score the tokenized text)") from None
         self.cache_key = hashlib.sha256(raw + f"|{limit}".encode()).hexdigest()[:16]
 
     def __len__(self) -> int:
