@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from ..norms import Normalization, init_weight_
-from . import fused_gru
+from . import fused_gru, triton_gru
 from .loop_linear import LoopLinear
 
 
@@ -92,7 +92,8 @@ class NormGRUCell(nn.Module):
     with dl4mt-tutorial").
     """
 
-    fused = True  # combine() through the one-kernel transition where it applies (fused_gru.py); False: op by op
+    fused = True  # combine() through the one-kernel transition where it applies (CPU: fused_gru.py, CUDA:
+    # triton_gru.py); False: op by op
 
     def __init__(self, input_size: int, hidden_size: int, norms: Normalization, bias_on: str = "input"):
         super().__init__()
@@ -138,7 +139,8 @@ class NormGRUCell(nn.Module):
 
         Split from `step` so that a model can record s (Table 5) without computing it twice.
         """
-        if self.fused and (h_new := fused_gru.combine(self, a_gates, a_cand, h, s)) is not None:
+        if self.fused and ((h_new := fused_gru.combine(self, a_gates, a_cand, h, s)) is not None
+                           or (h_new := triton_gru.combine(self, a_gates, a_cand, h, s)) is not None):
             return h_new
         s_gates, s_cand = s.split([2 * self.hidden_size, self.hidden_size], dim=-1)
         r, z = torch.sigmoid(a_gates + self.norm_state_gates(s_gates)).chunk(2, dim=-1)
