@@ -26,15 +26,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..norms import formulas
 from ..norms.fused.triton_rmsnorm import _acc, _backward_programs, _block, _interpreting, triton
 from .fused_gru import MODES, row_norm
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-LOW_PRECISION = (torch.float16, torch.bfloat16)
-FLOAT16_MAX = torch.finfo(torch.float16).max
 
 if triton is not None:
     import triton.language as tl
+
+    FLOAT16_MAX = tl.constexpr(formulas.FLOAT16_MAX)  # a constexpr: a kernel can read no other global
 
     @triton.jit
     def _stats(xa, xb, valid, head_a, head_b, D, K, eps, MODE: tl.constexpr, EPS_INSIDE: tl.constexpr):
@@ -273,7 +274,7 @@ def _fits(a_gates: Tensor, a_cand: Tensor, h: Tensor, s: Tensor, params) -> torc
     """h's dtype as the op-by-op path returns it, where the kernel gives that path's results within rounding:
     a_gates, a_cand and s of one dtype; h of it or, beside bfloat16/float16 (autocast), float32; each gain
     and bias of s's dtype or float32 beside bfloat16/float16. Else None."""
-    low = s.dtype in LOW_PRECISION
+    low = s.dtype in formulas.LOW_PRECISION
     if (s.dtype not in DTYPES or a_gates.dtype is not s.dtype or a_cand.dtype is not s.dtype
             or not (h.dtype is s.dtype or (low and h.dtype is torch.float32))):
         return None
