@@ -300,3 +300,30 @@ def test_a_time_step_on_the_triton_path_is_one_launch_each_way(norm, monkeypatch
     assert (forward, backward) == (1, 1), (forward, backward)
     assert sum(ops.values()) <= TRITON_STEP[norm], ops
     assert not {"sigmoid", "tanh", "native_layer_norm", "mul", "lerp"} & set(ops), ops
+
+
+# (N3's mode, N4's mode, eps inside, gains and biases, inputs' type, h's and the gains' type, float16
+# saturation): none, RMSNorm, pRMSNorm eps inside, LayerNorm; float32, bfloat16 under autocast, float16, float64
+BUILDS = [(0, 0, False, False, "fp32", "fp32", False), (1, 1, False, True, "bf16", "fp32", False),
+          (1, 1, True, True, "fp16", "fp16", True), (2, 2, False, True, "fp16", "fp32", True),
+          (1, 2, False, True, "fp64", "fp64", False)]
+
+
+@pytest.mark.parametrize("mode3,mode4,inside,affine,low,wide,saturate", BUILDS)
+def test_kernels_build_for_a_gpu(mode3, mode4, inside, affine, low, wide, saturate):
+    """Both kernels built for H100 without one (tests/triton_compile.py): what the interpreter runs, a GPU
+    build must accept too."""
+    from triton_compile import compile_for_gpu
+    import triton.language as tl
+
+    x, p = f"*{low}", f"*{wide}"
+    param = p if affine else None
+    common = dict(AG=x, AC=x, HS=p, S=x, G3=param, B3=param, G4=param, B4=param, sag="i32", sac="i32", sh="i32",
+                  ss="i32", HD="i32", K3="i32", K4="i32", eps3="fp32", eps4="fp32", MODE3=mode3, MODE4=mode4,
+                  INSIDE3=inside, INSIDE4=inside, HAS_G3=affine, HAS_B3=affine, HAS_G4=affine, HAS_B4=affine,
+                  BLOCK=256, ACC=tl.float64 if low == "fp64" else tl.float32)
+    forward = compile_for_gpu(triton_gru._gru_forward, **common, OUT=p)
+    acc = "*fp64" if low == "fp64" else "*fp32"
+    backward = compile_for_gpu(triton_gru._gru_backward, **common, DOUT=p, DAG=x, DAC=x, DH=p, DS=x,
+                               PARTIAL=acc if affine else None, N="i32", ROWS="i32", PARAMS=affine, SATURATE=saturate)
+    assert forward.asm["cubin"] and backward.asm["cubin"]
