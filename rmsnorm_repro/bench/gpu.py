@@ -3,7 +3,8 @@ a GPU is at hand, about 8 minutes on one H100.
 
 1. Exactness of the Triton kernel on the device, fp32 / bf16 / fp16 (and float32 gain beside bf16 /
    fp16 activations, autocast's mix), forward and every gradient against the float64 reference of the
-   same rounded inputs; plus the RMSNorm module's choice of kernel (norms/fused `kernel`), under autocast too.
+   same rounded inputs; plus the RMSNorm module's choice of kernel (norms/fused `kernel`), under autocast too,
+   and the Triton GRU transition (nn/triton_gru.py, the recurrent tasks' step on CUDA) against float64.
 2. A kernel table per call at the paper's shapes: x * 2 (floor), torch F.layer_norm, torch F.rms_norm,
    the suite's Triton kernel and its RMSNorm / pRMSNorm modules, Liger's and apex's RMSNorm where
    installed, forward and forward+backward, fp32 and bf16: wall time, host time (the calling thread's
@@ -32,7 +33,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..atomic import atomic_write_text
-from ..norms import RMSNorm, formulas, fused
+from ..nn import NormGRUCell, triton_gru
+from ..norms import RMSNorm, build_normalization, formulas, fused
 from ..norms.fused import triton_rmsnorm
 
 SHAPES = ((80, 2048), (4096, 512), (8192, 1024), (25000, 512))  # GRU step; Transformer batches (25k tokens: base)
@@ -132,6 +134,51 @@ def module_checks(device: str = "cuda") -> list[dict]:
         ref = formulas.rms_norm(h.double(), norm.weight.double(), None, 64, 1e-8, False)
         ok = y.dtype == torch.bfloat16 and _max_rel_err([y], [ref]) < 2e-2
         rows.append({"check": "under autocast (bf16 activations, fp32 gain)", "value": f"{norm.kernel_name}, {y.dtype}", "ok": bool(ok)})
+    return rows + gru_checks(device)
+
+
+GRU_CASES = [("rmsnorm", {"eps": EPS}), ("prmsnorm", {"p": 0.25, "eps_inside": True, "bias": True}), ("layernorm", {}),
+             ("none", {})]  # eps 1e-3 outside the root: the zero row's gradient stays finite in fp16, as in part 1
+GRU_DTYPES = [(torch.float32, torch.float32), (torch.bfloat16, torch.float32), (torch.float16, torch.float16)]  # (a, s), h
+
+
+def gru_checks(device: str = "cuda") -> list[dict]:
+    """The Triton GRU transition (nn/triton_gru.py) on the device: h' and every gradient (a_gates, a_cand,
+    h, s, the state-side gains and biases) against the float64 cell op by op, with float32 gains beside
+    fp32, bf16 (autocast's mix: a float32 h) and fp16 inputs, a zero state row; hidden 1000 on CUDA (the
+    RNNSearch's), 12 on CPU (--tiny, interpreted)."""
+    rows, B, H = [], 16, 1000 if device == "cuda" else 12
+    for name, options in GRU_CASES:
+        torch.manual_seed(0)
+        cell = NormGRUCell(8, H, build_normalization(name, options)).to(device)
+        with torch.no_grad():  # gains and biases away from 1 and 0: a misplaced one cannot hide
+            for p in cell.parameters():
+                if p.dim() == 1:
+                    p.copy_(torch.rand_like(p) + 0.5)
+        reference = NormGRUCell(8, H, build_normalization(name, {**options, "impl": "reference"})).double().to(device)
+        reference.load_state_dict(cell.state_dict())
+        reference.fused = False
+        norms = lambda c: [p for n, p in c.named_parameters() if n.startswith("norm_state")]  # noqa: E731
+        worst, dtypes_ok = 0.0, True
+        for dtype, h_dtype in GRU_DTYPES:
+            g = torch.Generator().manual_seed(1)
+            a, h, dy = (torch.randn(B, n, generator=g, dtype=torch.float64) for n in (3 * H, H, H))
+            h[0] = 0.0
+            s = h @ torch.randn(3 * H, H, generator=g, dtype=torch.float64).t() / H ** 0.5  # row 0: U h0 = 0
+            leaves = [t.to(device, dt).requires_grad_() for t, dt in ((a, dtype), (h, h_dtype), (s, dtype))]
+            out = triton_gru.combine(cell, leaves[0][:, :2 * H], leaves[0][:, 2 * H:], leaves[1], leaves[2])
+            if out is None:
+                return rows + [{"check": f"GRU transition (Triton) {name}", "value": "not taken", "ok": False}]
+            got = [out, *torch.autograd.grad(out, leaves + norms(cell), dy.to(device, out.dtype))]
+            ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+            want_out = reference.combine(ref_leaves[0][:, :2 * H], ref_leaves[0][:, 2 * H:], ref_leaves[1], ref_leaves[2])
+            want = [want_out, *torch.autograd.grad(want_out, ref_leaves + norms(reference), dy.to(device))]
+            worst = max(worst, _max_rel_err(got, want) / EXACT_DTYPES[dtype])  # in units of the tolerance
+            dtypes_ok &= out.dtype == torch.promote_types(dtype, h_dtype) and all(
+                gr.dtype == t.dtype for gr, t in zip(got[1:], leaves + norms(cell)))
+        rows.append({"check": f"GRU transition (Triton), {name}{f' {options}' if options else ''}: fp32, bf16 autocast, fp16 "
+                              "against float64",
+                     "value": f"worst error {worst:.2f} of tolerance", "ok": bool(worst <= 1.0 and dtypes_ok)})
     return rows
 
 
