@@ -263,10 +263,10 @@ class _AtenOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _per_step(norm: str, monkeypatch) -> tuple[dict[str, float], float, float]:
-    """(aten ops, forward launches, backward launches) a time step of NormGRU costs with every transition
-    on the Triton path (mocked CUDA, launches stubbed), forward and backward: a run of 8 steps minus a run
-    of 4, over 4 (as tests/nn/test_gru.py counts the op-by-op step)."""
+def _per_step(run, monkeypatch) -> tuple[dict[str, float], float, float]:
+    """(aten ops, forward launches, backward launches) a time step costs, forward and backward, with every
+    GRU transition on the Triton path (mocked CUDA, launches stubbed): run(steps) over 8 steps minus over 4,
+    over 4 (as tests/nn/test_gru.py counts the op-by-op step)."""
     monkeypatch.setattr(triton_gru, "_interpreting", lambda: True)
     monkeypatch.setattr(fused_gru, "load", lambda: None)
     counts = []
@@ -275,31 +275,60 @@ def _per_step(norm: str, monkeypatch) -> tuple[dict[str, float], float, float]:
         monkeypatch.setattr(triton_gru, "_gru_forward", forward)
         monkeypatch.setattr(triton_gru, "_gru_backward", backward)
         torch.manual_seed(0)
-        gru = NormGRU(I, H, build_normalization(norm))
-        x, mask = torch.randn(3, steps, I), torch.ones(3, steps, dtype=torch.bool)
         with _AtenOps() as counted:
-            gru(x, mask)[0].sum().backward()
+            run(steps)
         counts.append((counted.ops, forward.count, backward.count))
     (ops4, f4, b4), (ops8, f8, b8) = counts
     return {op: (ops8[op] - ops4[op]) / 4 for op in ops8 if ops8[op] != ops4[op]}, (f8 - f4) / 4, (b8 - b4) / 4
 
 
-# aten ops a step costs on the Triton path, forward and backward: the state product, its input's detach and
-# its gradient (t, mm), h' and the four gradient buffers (empty), the step's input gradient at h added up
-# (add); with a norm's gain or bias: the partials' sum and split, and autograd adding each trained gain's and
-# bias's gradient into its total (one add each: LayerNorm 4, RMSNorm 2), as op by op
-TRITON_STEP = {"none": 12, "layernorm": 19, "rmsnorm": 17}
+def _layer(norm):
+    def run(steps):
+        gru = NormGRU(I, H, build_normalization(norm))
+        x, mask = torch.randn(3, steps, I), torch.ones(3, steps, dtype=torch.bool)
+        gru(x, mask)[0].sum().backward()
+    return run
+
+
+def _decoder(norm, monkeypatch):
+    """RNNSearch's teacher-forced decoder step by step (the CPU loop off, as on CUDA) from an encoded state."""
+    from rmsnorm_repro.tasks.translation.rnnsearch import RNNSearch
+
+    monkeypatch.setattr(RNNSearch, "fused_loop", False)
+    config = {"emb": 8, "hidden": H, "dropout": 0.0, "tie_embeddings": False, "init_std": 0.3, "init_center": 0.0}
+
+    def run(steps):
+        model = RNNSearch(config, 30, 0, build_normalization(norm)).train()
+        with torch.no_grad():
+            state = model.encode(torch.randint(1, 30, (3, 5)), torch.ones(3, 5, dtype=torch.bool))
+        states, contexts, _ = model.decoder_states(state, torch.randn(3, steps, 8))
+        (states.sum() + contexts.sum()).backward()
+    return run
+
+
+# aten ops a step costs on the Triton path, forward and backward. The GRU layer: the state product, its
+# input's detach and its gradient (t, mm), h' and the four gradient buffers (empty), the step's input
+# gradient at h added up (add); with a norm's gain or bias: the partials' sum and split, and autograd adding
+# each trained gain's and bias's gradient into its total (one add each: LayerNorm 4, RMSNorm 2), as op by op.
+# The decoder: two transitions, the attention, GRU2's input projection and norms, all but the transitions op
+# by op (op by op: 114, 142, 149).
+LAYER_STEP = {"none": 12, "layernorm": 19, "rmsnorm": 17}
+DECODER_STEP = {"none": 72, "layernorm": 98, "rmsnorm": 97}
 
 
 @pytest.mark.parametrize("norm", ["none", "layernorm", "rmsnorm"])
 def test_a_time_step_on_the_triton_path_is_one_launch_each_way(norm, monkeypatch):
-    """Op by op a step costs 33 aten ops without a norm, 41 with LayerNorm, 43 with RMSNorm
-    (tests/nn/test_gru.py); on the Triton path 12, 19 and 17 (TRITON_STEP), and one launch each way. A
-    change that puts the gates or the norms back into separate ops fails here."""
-    ops, forward, backward = _per_step(norm, monkeypatch)
+    """Op by op a GRU layer's step costs 33 aten ops without a norm, 41 with LayerNorm, 43 with RMSNorm
+    (tests/nn/test_gru.py); on the Triton path 12, 19 and 17 (LAYER_STEP), and one launch each way; the
+    decoder's step (two transitions) two each way. A change that puts the gates or the state-side norms
+    back into separate ops fails here."""
+    ops, forward, backward = _per_step(_layer(norm), monkeypatch)
     assert (forward, backward) == (1, 1), (forward, backward)
-    assert sum(ops.values()) <= TRITON_STEP[norm], ops
+    assert sum(ops.values()) <= LAYER_STEP[norm], ops
     assert not {"sigmoid", "tanh", "native_layer_norm", "mul", "lerp"} & set(ops), ops
+    ops, forward, backward = _per_step(_decoder(norm, monkeypatch), monkeypatch)
+    assert (forward, backward) == (2, 2), (forward, backward)
+    assert sum(ops.values()) <= DECODER_STEP[norm], ops
 
 
 # (N3's mode, N4's mode, eps inside, gains and biases, inputs' type, h's and the gains' type, float16
