@@ -179,7 +179,8 @@ class NormGRU(nn.Module):
     does one GEMM for U_g and U_c together, N3, N4 and the elementwise gates; U's gradient is one GEMM over
     all steps after the loop (`LoopLinear`), not one per step added up. On CPU, N3, N4 and the gates run as
     one C++ kernel forward and one backward (`fused_gru.py`), where the norms are none, RMSNorm, pRMSNorm or
-    LayerNorm; `NormGRU` runs each direction's whole loop (products included) as one kernel there.
+    LayerNorm; `NormGRU` runs each direction's whole loop (products included) as one kernel there. On CUDA
+    they run as one Triton launch forward and one backward per step (`triton_gru.py`), for the same norms.
     """
 
     fused_loop = True  # each direction's whole loop as one kernel where it applies (fused_gru.sequence); False: step by step
