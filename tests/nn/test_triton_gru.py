@@ -6,30 +6,20 @@ layer and the RNNSearch decoder on that path against the same models op by op. H
 the launches are stubbed and the aten ops a step runs are counted with a dispatch mode, the budget a GPU
 step pays on the host (tests/nn/test_gru.py counts the op-by-op step the same way).
 """
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from collections import Counter
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (it ships with CUDA builds of torch)")
+
+import triton.language as tl  # noqa: E402
+from triton_testing import AtenOps, Launches, compile_for_gpu, interpreted  # noqa: E402
 
 from rmsnorm_repro.nn import NormGRU, NormGRUCell, fused_gru, triton_gru  # noqa: E402
 from rmsnorm_repro.norms import build_normalization  # noqa: E402
 
 I, H = 5, 6
-
-
-def _interpreted(script: str) -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 COMMON = textwrap.dedent("""
@@ -123,7 +113,7 @@ def test_transition_equals_the_float64_cell_under_the_interpreter():
     strided inputs, more rows than backward programs; float32, bfloat16 / float16 with float32 or their
     own gains, and autocast's mixture (bfloat16 / float16 inputs beside a float32 h), each output in the
     dtype the op-by-op path gives. float16 at eps 1e-8: the zero row's gradient saturates, not inf."""
-    result = _interpreted(CELL)
+    result = interpreted(CELL)
     rows = result["rows"]
     assert len(rows) == 15 and all(r["ok"] for r in rows), rows
     assert result["saturated"]
@@ -195,7 +185,7 @@ def test_layer_and_decoder_on_the_triton_path_equal_them_op_by_op():
     """A bidirectional NormGRU over a padded batch (RMSNorm, LayerNorm) and RNNSearch teacher-forced with
     dropout (pRMSNorm with bias: encoder GRUs and both decoder GRUs) with every transition on the Triton
     path, against the same models op by op in float64: outputs, the input's and every parameter's gradient."""
-    rows = _interpreted(MODELS)
+    rows = interpreted(MODELS)
     assert len(rows) == 3 and all(r["taken"] and r["grads"] and r["err"] < 1e-12 for r in rows.values()), rows
 
 
@@ -241,28 +231,6 @@ def test_the_cell_takes_the_kernel_only_where_it_applies(monkeypatch):
 
 
 # Host work per time step --------------------------------------------------------------------------------
-class _Launches:
-    """Stands in for a @triton.jit kernel: `kernel[grid](...)` counts and launches nothing."""
-
-    def __init__(self):
-        self.count = 0
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            self.count += 1
-        return launch
-
-
-class _AtenOps(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _per_step(run, monkeypatch) -> tuple[dict[str, float], float, float]:
     """(aten ops, forward launches, backward launches) a time step costs, forward and backward, with every
     GRU transition on the Triton path (mocked CUDA, launches stubbed): run(steps) over 8 steps minus over 4,
@@ -271,11 +239,11 @@ def _per_step(run, monkeypatch) -> tuple[dict[str, float], float, float]:
     monkeypatch.setattr(fused_gru, "load", lambda: None)
     counts = []
     for steps in (4, 8):
-        forward, backward = _Launches(), _Launches()
+        forward, backward = Launches(), Launches()
         monkeypatch.setattr(triton_gru, "_gru_forward", forward)
         monkeypatch.setattr(triton_gru, "_gru_backward", backward)
         torch.manual_seed(0)
-        with _AtenOps() as counted:
+        with AtenOps() as counted:
             run(steps)
         counts.append((counted.ops, forward.count, backward.count))
     (ops4, f4, b4), (ops8, f8, b8) = counts
@@ -340,11 +308,8 @@ BUILDS = [(0, 0, False, False, "fp32", "fp32", False), (1, 1, False, True, "bf16
 
 @pytest.mark.parametrize("mode3,mode4,inside,affine,low,wide,saturate", BUILDS)
 def test_kernels_build_for_a_gpu(mode3, mode4, inside, affine, low, wide, saturate):
-    """Both kernels built for H100 without one (tests/triton_compile.py): what the interpreter runs, a GPU
+    """Both kernels built for H100 without one (tests/triton_testing.py): what the interpreter runs, a GPU
     build must accept too."""
-    from triton_compile import compile_for_gpu
-    import triton.language as tl
-
     x, p = f"*{low}", f"*{wide}"
     param = p if affine else None
     common = dict(AG=x, AC=x, HS=p, S=x, G3=param, B3=param, G4=param, B4=param, sag="i32", sac="i32", sh="i32",

@@ -222,10 +222,10 @@ def test_device_properties_are_read_once_per_device(monkeypatch):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 def test_kernels_build_for_a_gpu(dtype):
-    """Both kernels built for H100 without one (tests/triton_compile.py): float16's backward reads the
+    """Both kernels built for H100 without one (tests/triton_testing.py): float16's backward reads the
     saturation bound, a global the interpreter accepted as a plain float and a GPU build rejected."""
-    from triton_compile import compile_for_gpu
     import triton.language as tl
+    from triton_testing import compile_for_gpu
 
     x = f"*{dtype}"
     common = dict(X=x, W="*fp32", N="i32", D="i32", K="i32", BLOCK=512, ACC=tl.float32)
