@@ -4,7 +4,8 @@ a GPU is at hand, about 8 minutes on one H100.
 1. Exactness of the Triton kernel on the device, fp32 / bf16 / fp16 (and float32 gain beside bf16 /
    fp16 activations, autocast's mix), forward and every gradient against the float64 reference of the
    same rounded inputs; plus the RMSNorm module's choice of kernel (norms/fused `kernel`), under autocast too,
-   and the Triton GRU transition (nn/triton_gru.py, the recurrent tasks' step on CUDA) against float64.
+   and the Triton GRU transition and LSTM step (nn/triton_gru.py, nn/triton_lstm.py: the recurrent tasks'
+   steps on CUDA) against float64.
 2. A kernel table per call at the paper's shapes: x * 2 (floor), torch F.layer_norm, torch F.rms_norm,
    the suite's Triton kernel and its RMSNorm / pRMSNorm modules, Liger's and apex's RMSNorm where
    installed, forward and forward+backward, fp32 and bf16: wall time, host time (the calling thread's
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..atomic import atomic_write_text
-from ..nn import NormGRUCell, triton_gru
+from ..nn import NormGRUCell, NormLSTM, triton_gru
 from ..norms import RMSNorm, build_normalization, formulas, fused
 from ..norms.fused import triton_rmsnorm
 
@@ -134,7 +135,7 @@ def module_checks(device: str = "cuda") -> list[dict]:
         ref = formulas.rms_norm(h.double(), norm.weight.double(), None, 64, 1e-8, False)
         ok = y.dtype == torch.bfloat16 and _max_rel_err([y], [ref]) < 2e-2
         rows.append({"check": "under autocast (bf16 activations, fp32 gain)", "value": f"{norm.kernel_name}, {y.dtype}", "ok": bool(ok)})
-    return rows + gru_checks(device)
+    return rows + gru_checks(device) + lstm_checks(device)
 
 
 GRU_CASES = [("rmsnorm", {"eps": EPS}), ("prmsnorm", {"p": 0.25, "eps_inside": True, "bias": True}), ("layernorm", {}),
@@ -180,6 +181,57 @@ def gru_checks(device: str = "cuda") -> list[dict]:
                               "against float64",
                      "value": f"worst error {worst:.2f} of tolerance", "ok": bool(worst <= 1.0 and dtypes_ok)})
     return rows
+
+
+def lstm_checks(device: str = "cuda") -> list[dict]:
+    """The Triton LSTM step (nn/triton_lstm.py) on the device: a padded NormLSTM's outputs and the input's and
+    every parameter's gradient from a zero state, fp32 and under bf16 autocast, against float64 op by op
+    (within the tolerance, or 4 times the error of the op-by-op path in the same precision); hidden 256 on
+    CUDA, 6 on CPU (--tiny, interpreted)."""
+    rows, B, H = [], 16 if device == "cuda" else 4, 256 if device == "cuda" else 6
+    for name, options in (("rmsnorm", {"eps": EPS}), ("layernorm", {})):
+        torch.manual_seed(0)
+        lstm = NormLSTM(8, H, build_normalization(name, options), max_steps=5).to(device)
+        reference = NormLSTM(8, H, build_normalization(name, {**options, "impl": "reference"}), max_steps=5)
+        reference.load_state_dict(lstm.state_dict())
+        reference = reference.double().to(device)
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(B, 5, 8, generator=g, dtype=torch.float64).to(device)
+        mask = torch.ones(B, 5, dtype=torch.bool, device=device)
+        mask[3, 2:] = False
+
+        def run(model, fused, dtype, autocast):
+            model.fwd.fused = fused
+            xi = x.to(dtype).requires_grad_()
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+                out, last = model(xi, mask)
+            y = torch.cat([out.flatten(), last.flatten()])
+            taken = any(node.name() == "_LSTMStepFunctionBackward" for node in _graph(y))
+            dy = torch.linspace(-1, 1, y.numel(), device=device, dtype=y.dtype)
+            return taken, [y, *torch.autograd.grad(y, [xi, *model.parameters()], dy)]
+
+        _, want = run(reference, False, torch.float64, False)
+        worst, taken_all = 0.0, True
+        for autocast, tol in ((False, EXACT_DTYPES[torch.float32]), (True, EXACT_DTYPES[torch.bfloat16])):
+            taken, got = run(lstm, True, torch.float32, autocast)
+            _, op_by_op = run(lstm, False, torch.float32, autocast)
+            worst = max(worst, _max_rel_err(got, want) / max(tol, 4 * _max_rel_err(op_by_op, want)))
+            taken_all &= taken
+        rows.append({"check": f"LSTM step (Triton), {name}: fp32, bf16 autocast against float64",
+                     "value": f"worst error {worst:.2f} of tolerance" if taken_all else "not taken",
+                     "ok": bool(taken_all and worst <= 1.0)})
+    return rows
+
+
+def _graph(out: torch.Tensor) -> set:
+    """The autograd nodes behind out."""
+    seen, todo = set(), [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo += [next_fn for next_fn, _ in node.next_functions]
+    return seen
 
 
 # 2. Kernel table ---------------------------------------------------------------------------------------

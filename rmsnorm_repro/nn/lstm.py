@@ -1,6 +1,7 @@
 """LSTM with the norm placement of the attentive reader the paper used (Cooijmans et al.'s code): two
 norms over the gate inputs, one over the cell state before its tanh (NormLSTM's docstring; docs/paper.md
-section 2). norm=batchnorm gives BN-LSTM, statistics per time step (`norms.step_norm`).
+section 2). norm=batchnorm gives BN-LSTM, statistics per time step (`norms.step_norm`). On CUDA each step
+after its state product runs as one Triton launch each way where its norms are one per step (triton_lstm.py).
 """
 from __future__ import annotations
 
