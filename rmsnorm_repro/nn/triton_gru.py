@@ -16,8 +16,8 @@ a_gates, a_cand and s are bfloat16/float16 beside a float32 h and float32 gains;
 dtype the op-by-op path gives (their promotion). float16 s: an all-zero RMS statistic's gradient is
 saturated as formulas.saturate_zero_rows does.
 
-`combine(cell, ...)` returns h', or None where it does not apply: Triton not installed, not CUDA (CPU
-tensors under TRITON_INTERPRET=1 count as CUDA, for the tests), inside torch.compile, a dtype or mixture the
+`combine(cell, ...)` returns h', or None where it does not apply: Triton not installed, not CUDA (`runs_on`),
+inside torch.compile, a dtype or mixture the
 op-by-op path would round differently (`_fits`), or a state-side norm fused_gru.row_norm cannot
 describe; the cell then runs op by op.
 """
@@ -31,6 +31,14 @@ from ..norms.fused.triton_rmsnorm import _acc, _backward_programs, _block, _inte
 from .fused_gru import MODES, row_norm
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# True: CPU tensors take this module's and triton_lstm.py's kernels too where Triton interprets them
+# (TRITON_INTERPRET=1): the tests and `make gpu-check --tiny` set it; a CPU run never takes them otherwise
+CPU_TENSORS = False
+
+
+def runs_on(t: Tensor) -> bool:
+    """Whether the recurrent Triton kernels take tensors like t: CUDA ones (CPU ones: CPU_TENSORS)."""
+    return t.is_cuda or (CPU_TENSORS and _interpreting())
 
 if triton is not None:
     import triton.language as tl
@@ -285,7 +293,7 @@ def _fits(a_gates: Tensor, a_cand: Tensor, h: Tensor, s: Tensor, params) -> torc
 
 def combine(cell: nn.Module, a_gates: Tensor, a_cand: Tensor, h: Tensor, s: Tensor) -> Tensor | None:
     """NormGRUCell.combine in one launch each way, or None where it does not apply (module docstring)."""
-    if triton is None or not (h.is_cuda or _interpreting()) or torch.compiler.is_compiling():
+    if triton is None or not runs_on(h) or torch.compiler.is_compiling():
         return None
     gates, cand = row_norm(cell.norm_state_gates), row_norm(cell.norm_state_cand)
     if gates is None or cand is None or h.dim() != 2:

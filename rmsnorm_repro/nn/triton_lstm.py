@@ -17,7 +17,7 @@ line. Arithmetic in float32 (float64 for float64), rounded once into each output
 in the dtype the op-by-op step gives (autocast: a bfloat16/float16 s beside float32 gx, h and c).
 
 `step_function(direction, h)` returns the per-step function, or None where it does not apply (as
-triton_gru.combine: not CUDA, torch.compile, a norm or a dtype mixture it does not compute); the direction
+triton_gru.combine: not CUDA (triton_gru.runs_on), torch.compile, a norm or a dtype mixture it does not compute); the direction
 then runs its steps op by op.
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ from torch import Tensor, nn
 
 from ..norms import formulas
 from ..norms.base import SharedStepNorm
-from ..norms.fused.triton_rmsnorm import _acc, _backward_programs, _block, _interpreting, triton
+from ..norms.fused.triton_rmsnorm import _acc, _backward_programs, _block, triton
+from . import triton_gru
 from .fused_gru import MODES, row_norm
 from .triton_gru import DTYPES
 
@@ -253,7 +254,7 @@ def step_function(direction: nn.Module, h: Tensor) -> Callable | None:
     normalized input part, s = W_h h (B, 4H) and keep (B, 1) bool (False: a padded step, which keeps h and
     c), one launch each way, or None for a step whose dtypes it does not take; or None where the kernel
     does not apply at all (module docstring). The norms are read once per sequence, the dtypes once each."""
-    if triton is None or not (h.is_cuda or _interpreting()) or torch.compiler.is_compiling():
+    if triton is None or not triton_gru.runs_on(h) or torch.compiler.is_compiling():
         return None
     n_h, n_c = _norm_of(direction.norm_h), _norm_of(direction.norm_c)
     if n_h is None or n_c is None:

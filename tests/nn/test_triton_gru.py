@@ -26,7 +26,8 @@ COMMON = textwrap.dedent("""
     import copy, json, torch
     from rmsnorm_repro.nn import NormGRU, NormGRUCell, fused_gru, nematus_init_, triton_gru
     from rmsnorm_repro.norms import build_normalization
-    fused_gru.load = lambda: None  # CPU tensors stand in for CUDA ones: the C++ kernels must not take them
+    triton_gru.CPU_TENSORS = True  # CPU tensors stand in for CUDA ones ...
+    fused_gru.load = lambda: None  # ... which the C++ kernels must not take
 
     def cell_of(name, options, dtype, seed=0):
         torch.manual_seed(seed)
@@ -203,8 +204,10 @@ def test_the_cell_takes_the_kernel_only_where_it_applies(monkeypatch):
     """CUDA (mocked: CPU tensors under the interpreter's flag) with a norm the kernel computes and dtypes
     the op-by-op path would round the same way; anything else runs op by op."""
     cell = _cell("rmsnorm")
-    assert triton_gru.combine(cell, *_inputs()) is None  # a CPU tensor, no interpreter: not CUDA
+    assert triton_gru.combine(cell, *_inputs()) is None  # a CPU tensor: not CUDA
     monkeypatch.setattr(triton_gru, "_interpreting", lambda: True)
+    assert triton_gru.combine(cell, *_inputs()) is None  # interpreted, but a CPU run does not ask for it
+    monkeypatch.setattr(triton_gru, "CPU_TENSORS", True)
     called = []
     monkeypatch.setattr(triton_gru._GRUCellFunction, "apply", lambda *args: called.append(args) or "kernel")
     for name, options in (("rmsnorm", {}), ("prmsnorm", {"p": 0.25}), ("layernorm", {}), ("none", {}),
@@ -222,7 +225,7 @@ def test_the_cell_takes_the_kernel_only_where_it_applies(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert triton_gru.combine(cell, *_inputs()) is None  # torch.compile traces the ops instead
     monkeypatch.undo()
-    monkeypatch.setattr(triton_gru, "_interpreting", lambda: True)
+    monkeypatch.setattr(triton_gru, "runs_on", lambda t: True)
     monkeypatch.setattr(fused_gru, "load", lambda: None)  # as on CUDA: the C++ kernel does not take it
     monkeypatch.setattr(triton_gru._GRUCellFunction, "apply", lambda *args: "kernel")
     assert cell.combine(*_inputs()) == "kernel"  # the cell routes to it
@@ -235,7 +238,7 @@ def _per_step(run, monkeypatch) -> tuple[dict[str, float], float, float]:
     """(aten ops, forward launches, backward launches) a time step costs, forward and backward, with every
     GRU transition on the Triton path (mocked CUDA, launches stubbed): run(steps) over 8 steps minus over 4,
     over 4 (as tests/nn/test_gru.py counts the op-by-op step)."""
-    monkeypatch.setattr(triton_gru, "_interpreting", lambda: True)
+    monkeypatch.setattr(triton_gru, "runs_on", lambda t: True)
     monkeypatch.setattr(fused_gru, "load", lambda: None)
     counts = []
     for steps in (4, 8):

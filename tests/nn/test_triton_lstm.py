@@ -11,15 +11,16 @@ triton = pytest.importorskip("triton", reason="Triton is not installed (it ships
 import triton.language as tl  # noqa: E402
 from triton_testing import AtenOps, Launches, compile_for_gpu, interpreted  # noqa: E402
 
-from rmsnorm_repro.nn import triton_lstm  # noqa: E402
+from rmsnorm_repro.nn import triton_gru, triton_lstm  # noqa: E402
 from rmsnorm_repro.nn.lstm import LSTMDirection, NormLSTM  # noqa: E402
 from rmsnorm_repro.norms import build_normalization  # noqa: E402
 
 LAYERS = textwrap.dedent("""
     import copy, json, torch
-    from rmsnorm_repro.nn import triton_lstm
+    from rmsnorm_repro.nn import triton_gru
     from rmsnorm_repro.nn.lstm import LSTMDirection, NormLSTM
     from rmsnorm_repro.norms import build_normalization
+    triton_gru.CPU_TENSORS = True  # CPU tensors stand in for CUDA ones
 
     def graph_names(out):
         seen, todo = set(), [out.grad_fn]
@@ -105,8 +106,8 @@ def test_the_direction_takes_the_kernel_only_where_it_applies(monkeypatch):
     BatchNorm, L2Norm, norm.impl=reference and torch.compile run op by op; so does a step whose dtypes
     the op-by-op path would round otherwise."""
     h = torch.zeros(2, 4)
-    assert triton_lstm.step_function(_direction("rmsnorm"), h) is None  # a CPU tensor, no interpreter: not CUDA
-    monkeypatch.setattr(triton_lstm, "_interpreting", lambda: True)
+    assert triton_lstm.step_function(_direction("rmsnorm"), h) is None  # a CPU tensor: not CUDA
+    monkeypatch.setattr(triton_gru, "runs_on", lambda t: True)
     for name in ("none", "rmsnorm", "prmsnorm", "layernorm", "weightnorm"):
         assert triton_lstm.step_function(_direction(name), h) is not None, name
     for name, options in (("batchnorm", {}), ("l2norm", {}), ("rmsnorm", {"impl": "reference"})):
@@ -138,7 +139,7 @@ def test_the_direction_takes_the_kernel_only_where_it_applies(monkeypatch):
 def _per_step(norm, monkeypatch, fused=True) -> tuple[dict[str, float], float, float]:
     """(aten ops, forward launches, backward launches) an LSTM step costs forward and backward (mocked CUDA,
     launches stubbed): a run of 8 steps minus a run of 4, over 4."""
-    monkeypatch.setattr(triton_lstm, "_interpreting", lambda: True)
+    monkeypatch.setattr(triton_gru, "runs_on", lambda t: True)
     monkeypatch.setattr(LSTMDirection, "fused", fused)
     counts = []
     for steps in (4, 8):
