@@ -144,7 +144,8 @@ def module_checks(device: str = "cuda") -> list[dict]:
 
 GRU_CASES = [("rmsnorm", {"eps": EPS}), ("prmsnorm", {"p": 0.25, "eps_inside": True, "bias": True}), ("layernorm", {}),
              ("none", {})]  # eps 1e-3 outside the root: the zero row's gradient stays finite in fp16, as in part 1
-GRU_DTYPES = [(torch.float32, torch.float32), (torch.bfloat16, torch.float32), (torch.float16, torch.float16)]  # (a, s), h
+# (a_gates, a_cand and s; h): fp32, bf16 autocast's mix, fp16
+GRU_DTYPES = [(torch.float32, torch.float32), (torch.bfloat16, torch.float32), (torch.float16, torch.float16)]
 
 
 def gru_checks(device: str = "cuda") -> list[dict]:
@@ -176,13 +177,13 @@ def gru_checks(device: str = "cuda") -> list[dict]:
                 return rows + [{"check": f"GRU transition (Triton) {name}", "value": "not taken", "ok": False}]
             got = [out, *torch.autograd.grad(out, leaves + norms(cell), dy.to(device, out.dtype))]
             ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
-            want_out = reference.combine(ref_leaves[0][:, :2 * H], ref_leaves[0][:, 2 * H:], ref_leaves[1], ref_leaves[2])
+            want_out = reference.combine(ref_leaves[0][:, :2 * H], ref_leaves[0][:, 2 * H:], *ref_leaves[1:])
             want = [want_out, *torch.autograd.grad(want_out, ref_leaves + norms(reference), dy.to(device))]
             worst = max(worst, _max_rel_err(got, want) / EXACT_DTYPES[dtype])  # in units of the tolerance
             dtypes_ok &= out.dtype == torch.promote_types(dtype, h_dtype) and all(
                 gr.dtype == t.dtype for gr, t in zip(got[1:], leaves + norms(cell)))
-        rows.append({"check": f"GRU transition (Triton), {name}{f' {options}' if options else ''}: fp32, bf16 autocast, fp16 "
-                              "against float64",
+        described = f"{name} {options}" if options else name
+        rows.append({"check": f"GRU transition (Triton), {described}: fp32, bf16 autocast, fp16 against float64",
                      "value": f"worst error {worst:.2f} of tolerance", "ok": bool(worst <= 1.0 and dtypes_ok)})
     return rows
 

@@ -41,7 +41,7 @@ def _init_gate_blocks(layer: nn.Module, hidden_size: int, init: str = "xavier") 
 class LSTMDirection(nn.Module):
     """One direction of a normalized LSTM over a time-major (T, B, I) sequence."""
 
-    fused = True  # on CUDA each step after the state product as one Triton launch each way (triton_lstm.py); False: op by op
+    fused = True  # CUDA: a step after its state product as one Triton launch each way (triton_lstm.py); False: op by op
 
     def __init__(self, input_size: int, hidden_size: int, norms: Normalization, max_steps: int, forget_bias: float,
                  input_bias: str = "after", learn_h0: bool = False, init: str = "xavier"):

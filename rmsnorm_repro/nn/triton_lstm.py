@@ -17,8 +17,8 @@ line. Arithmetic in float32 (float64 for float64), rounded once into each output
 in the dtype the op-by-op step gives (autocast: a bfloat16/float16 s beside float32 gx, h and c).
 
 `step_function(direction, h)` returns the per-step function, or None where it does not apply (as
-triton_gru.combine: not CUDA (triton_gru.runs_on), torch.compile, a norm or a dtype mixture it does not compute); the direction
-then runs its steps op by op.
+triton_gru.combine: not CUDA (triton_gru.runs_on), torch.compile, a norm or a dtype mixture it does not
+compute); the direction then runs its steps op by op.
 """
 from __future__ import annotations
 
@@ -79,7 +79,8 @@ if triton is not None:
         s = tl.load(S + row * ss + offs, mask=valid, other=0.0).to(ACC)
         ah, ch = _tile_stats(s, valid, valid & (offs < KH), 4 * HD, KH, eps_h, MODEH, INSIDEH)
         pre = (tl.load(GX + row * sgx + offs, mask=valid, other=0.0).to(ACC)
-               + _xhat(s, ah, ch, MODEH) * _param(GH, offs, valid, HAS_GH, 1.0, ACC) + _param(BH, offs, valid, HAS_BH, 0.0, ACC))
+               + _xhat(s, ah, ch, MODEH) * _param(GH, offs, valid, HAS_GH, 1.0, ACC)
+               + _param(BH, offs, valid, HAS_BH, 0.0, ACC))
         act = tl.where(gate == 2, _tanh(pre), tl.sigmoid(pre))
         i, f, g, o = _line(act, gate, 0), _line(act, gate, 1), _line(act, gate, 2), _line(act, gate, 3)
         c = tl.load(C + row * sc + cols, mask=valid1, other=0.0).to(ACC)
@@ -154,7 +155,7 @@ if triton is not None:
             gdpre = gh * dpre
             ds = _norm_backward(s, xhat_s, dpre, gh, ah, ch, head, valid, _tile_sum(gdpre * s),
                                 _tile_sum(gdpre) / (4 * HD), _tile_sum(gdpre * xhat_s) / (4 * HD), MODEH)
-            if SATURATE and MODEH == 1:  # float16: an all-zero statistic's gradient clamped (formulas.saturate_zero_rows)
+            if SATURATE and MODEH == 1:  # float16: a zero statistic's gradient clamped (formulas.saturate_zero_rows)
                 zero = tl.max(tl.max(tl.where(head, tl.abs(s), 0.0), axis=1), axis=0) == 0
                 ds = tl.where(zero, tl.minimum(tl.maximum(ds, -FLOAT16_MAX), FLOAT16_MAX), ds)
             tl.store(DS + row * 4 * HD + offs, ds.to(DS.dtype.element_ty), mask=valid)

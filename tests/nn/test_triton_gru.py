@@ -47,7 +47,8 @@ CELL = COMMON + textwrap.dedent("""
     B, H = 9, 6  # 9 rows: more than the interpreter's 4 backward programs, one of them gets none
     TOL = {torch.float64: 1e-12, torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 3e-3}
     NORMS = [("none", {}), ("layernorm", {}), ("rmsnorm", {}), ("prmsnorm", {"p": 0.25}),
-             ("rmsnorm", {"bias": True}), ("rmsnorm", {"eps_inside": True}), ("prmsnorm", {"p": 0.25, "eps_inside": True})]
+             ("rmsnorm", {"bias": True}), ("rmsnorm", {"eps_inside": True}),
+             ("prmsnorm", {"p": 0.25, "eps_inside": True})]
     # (norm, inputs' dtype (a_gates, a_cand, s), h's dtype, the cell's (gains') dtype)
     CASES = ([(norm, torch.float64, torch.float64, torch.float64) for norm in NORMS]
              + [(("rmsnorm", {"bias": True}), torch.float32, torch.float32, torch.float32),
@@ -196,7 +197,8 @@ def _cell(name, options=None, dtype=torch.float32):
 
 
 def _inputs(dtype=torch.float32, h_dtype=None):
-    a, h, s = torch.randn(4, 3 * H, dtype=dtype), torch.randn(4, H, dtype=h_dtype or dtype), torch.randn(4, 3 * H, dtype=dtype)
+    a, s = torch.randn(4, 3 * H, dtype=dtype), torch.randn(4, 3 * H, dtype=dtype)
+    h = torch.randn(4, H, dtype=h_dtype or dtype)
     return a[:, :2 * H], a[:, 2 * H:], h, s
 
 

@@ -70,7 +70,8 @@ LAYERS = textwrap.dedent("""
     # autocast (s in bfloat16 / float16 beside float32 gx, c, h and gains), from a zero state: against float64
     # within tol or twice the op-by-op path's error, in the op-by-op step's dtypes. float16 at eps 1e-8 outside
     # the root: the zero row's gradient saturates, every gradient stays finite
-    for (name, options), dtype, tol in ((("rmsnorm", {}), torch.bfloat16, 3e-2), (("layernorm", {}), torch.float16, 1e-2),
+    for (name, options), dtype, tol in ((("rmsnorm", {}), torch.bfloat16, 3e-2),
+                                        (("layernorm", {}), torch.float16, 1e-2),
                                         (("rmsnorm", {}), torch.float16, 1e-2)):
         lstm = model(name, options, False)
         reference = copy.deepcopy(lstm).double()
@@ -80,8 +81,8 @@ LAYERS = textwrap.dedent("""
         same_dtypes = [g.dtype for g in got if g is not None] == [o.dtype for o in op_by_op if o is not None]
         finite = all(g.isfinite().all() for g in got if g is not None)
         err, op_by_op_err = rel_err(got, want), rel_err(op_by_op, want)  # bf16 products dominate both
-        rows[f"{name} autocast {dtype}"] = {"ok": taken and same_dtypes and finite and err <= max(tol, 2 * op_by_op_err),
-                                            "err": err, "op_by_op_err": op_by_op_err}
+        ok = taken and same_dtypes and finite and err <= max(tol, 2 * op_by_op_err)
+        rows[f"{name} autocast {dtype}"] = {"ok": ok, "err": err, "op_by_op_err": op_by_op_err}
     print(json.dumps(rows))
 """)
 
