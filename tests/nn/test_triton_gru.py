@@ -179,6 +179,14 @@ MODELS = COMMON + textwrap.dedent("""
             if p.dim() == 1:
                 p.add_(torch.rand_like(p) * 0.5)
     rows["RNNSearch prmsnorm"] = compare(rnnsearch_run, model)
+    model.eval()
+    outs, calls, real = [], [], triton_gru.combine
+    triton_gru.combine = lambda *args: (lambda out: calls.append(out is not None) or out)(real(*args))
+    for fused in (True, False):  # evaluation: the kernel's forward alone, without autograd
+        NormGRUCell.fused = fused
+        with torch.no_grad():
+            outs.append(rnnsearch_run(model)[0])
+    rows["RNNSearch without gradients"] = {"taken": bool(calls) and all(calls), "grads": True, "err": rel_err(*outs)}
     print(json.dumps(rows))
 """)
 
@@ -186,9 +194,10 @@ MODELS = COMMON + textwrap.dedent("""
 def test_layer_and_decoder_on_the_triton_path_equal_them_op_by_op():
     """A bidirectional NormGRU over a padded batch (RMSNorm, LayerNorm) and RNNSearch teacher-forced with
     dropout (pRMSNorm with bias: encoder GRUs and both decoder GRUs) with every transition on the Triton
-    path, against the same models op by op in float64: outputs, the input's and every parameter's gradient."""
+    path, against the same models op by op in float64: outputs, the input's and every parameter's gradient;
+    and the RNNSearch in evaluation, without autograd."""
     rows = interpreted(MODELS)
-    assert len(rows) == 3 and all(r["taken"] and r["grads"] and r["err"] < 1e-12 for r in rows.values()), rows
+    assert len(rows) == 4 and all(r["taken"] and r["grads"] and r["err"] < 1e-12 for r in rows.values()), rows
 
 
 def _cell(name, options=None, dtype=torch.float32):
