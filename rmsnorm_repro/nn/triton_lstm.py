@@ -188,7 +188,7 @@ class _LSTMStepFunction(torch.autograd.Function):
         c_dtype, h_dtype = dtypes
         h_out = torch.empty((n, hd), dtype=h_dtype, device=c.device)
         c_out = torch.empty((n, hd), dtype=c_dtype, device=c.device)
-        block, warps = _block(hd)
+        block, warps = _block(hd)[0], _block(4 * hd)[1]  # warps as for a 4H row: with H's, H = 1024 spilled
         if n > 0:
             _lstm_forward[(n,)](gx, s, c, h, keep, gh, bh, gc, bc, h_out, c_out, gx.stride(0), s.stride(0),
                                 c.stride(0), h.stride(0), keep.stride(0), hd, *spec, BLOCK=block,
@@ -215,7 +215,7 @@ class _LSTMStepFunction(torch.autograd.Function):
         dc = torch.empty((n, hd), dtype=c.dtype, device=c.device)
         dh = torch.empty((n, hd), dtype=h.dtype, device=c.device)
         partial = torch.empty((programs, 10 * hd), dtype=acc_torch, device=c.device) if any(trained) else None
-        block, warps = _block(hd)
+        block, warps = _block(hd)[0], _block(4 * hd)[1]
         if n > 0:
             _lstm_backward[(programs,)](dh_out, dc_out, gx, s, c, h, keep, gh, bh, gc, bc, dgx, ds, dc, dh, partial, n,
                                         rows, gx.stride(0), s.stride(0), c.stride(0), h.stride(0), keep.stride(0), hd,

@@ -335,3 +335,25 @@ def test_kernels_build_for_a_gpu(mode3, mode4, inside, affine, low, wide, satura
     backward = compile_for_gpu(triton_gru._gru_backward, **common, DOUT=p, DAG=x, DAC=x, DH=p, DS=x,
                                PARTIAL=acc if affine else None, N="i32", ROWS="i32", PARAMS=affine, SATURATE=saturate)
     assert forward.asm["cubin"] and backward.asm["cubin"]
+
+
+@pytest.mark.parametrize("affine,saturate", [(False, False), (True, True)])
+def test_kernels_do_not_spill_at_the_suites_width(affine, saturate):
+    """At hidden 1024 (the RNNSearch's and the order embedding's GRUs), with the block and warps the
+    Function picks, neither kernel spills registers to local memory on an H100 (read from the binary)."""
+    from rmsnorm_repro.norms.fused.triton_rmsnorm import _block
+    from triton_testing import resources
+
+    block, warps = _block(1024)
+    param = "*fp32" if affine else None
+    common = dict(AG="*bf16", AC="*bf16", HS="*fp32", S="*bf16", G3=param, B3=param, G4=param, B4=param, sag="i32",
+                  sac="i32", sh="i32", ss="i32", HD="i32", K3="i32", K4="i32", eps3="fp32", eps4="fp32", MODE3=2,
+                  MODE4=1, INSIDE3=False, INSIDE4=False, HAS_G3=affine, HAS_B3=affine, HAS_G4=affine,
+                  HAS_B4=affine, BLOCK=block, ACC=tl.float32)
+    forward = compile_for_gpu(triton_gru._gru_forward, warps, **common, OUT="*fp32")
+    backward = compile_for_gpu(triton_gru._gru_backward, warps, **common, DOUT="*fp32", DAG="*bf16", DAC="*bf16",
+                               DH="*fp32", DS="*bf16", PARTIAL="*fp32" if affine else None, N="i32", ROWS="i32",
+                               PARAMS=affine, SATURATE=saturate)
+    for kernel in (forward, backward):
+        used = resources(kernel)
+        assert used["REG"] > 0 and used["STACK"] == 0 and used["LOCAL"] == 0, used

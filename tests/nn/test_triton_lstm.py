@@ -195,3 +195,24 @@ def test_kernels_build_for_a_gpu(mode_h, mode_c, inside, affine, low, wide, satu
     backward = compile_for_gpu(triton_lstm._lstm_backward, **common, DH_OUT=p, DC_OUT=p, DGX=p, DS=x, DC=p, DH=p,
                                PARTIAL=acc if affine else None, N="i32", ROWS="i32", PARAMS=affine, SATURATE=saturate)
     assert forward.asm["cubin"] and backward.asm["cubin"]
+
+
+@pytest.mark.parametrize("hidden", [240, 512])
+def test_kernels_do_not_spill_at_the_readers_width(hidden):
+    """At hidden 240 (the reader's LSTM) and 512, with the block and warps the Function picks, neither
+    kernel spills registers to local memory on an H100 (read from the binary)."""
+    from rmsnorm_repro.norms.fused.triton_rmsnorm import _block
+    from triton_testing import resources
+
+    block, warps = _block(hidden)[0], _block(4 * hidden)[1]
+    p = "*fp32"
+    common = dict(GX=p, S="*bf16", C=p, HS=p, M="*i1", GH=p, BH=p, GC=p, BC=p, sgx="i32", ss="i32", sc="i32",
+                  sh="i32", sm="i32", HD="i32", KH="i32", KC="i32", eps_h="fp32", eps_c="fp32", MODEH=2, MODEC=1,
+                  INSIDEH=False, INSIDEC=False, HAS_GH=True, HAS_BH=True, HAS_GC=True, HAS_BC=True, BLOCK=block,
+                  ACC=tl.float32)
+    forward = compile_for_gpu(triton_lstm._lstm_forward, warps, **common, H_OUT=p, C_OUT=p)
+    backward = compile_for_gpu(triton_lstm._lstm_backward, warps, **common, DH_OUT=p, DC_OUT=p, DGX=p, DS="*bf16",
+                               DC=p, DH=p, PARTIAL=p, N="i32", ROWS="i32", PARAMS=True, SATURATE=False)
+    for kernel in (forward, backward):
+        used = resources(kernel)
+        assert used["REG"] > 0 and used["STACK"] == 0 and used["LOCAL"] == 0, used
