@@ -37,7 +37,7 @@ from .triton_gru import DTYPES
 if triton is not None:
     import triton.language as tl
 
-    from .triton_gru import FLOAT16_MAX, _norm_backward, _param, _saturated, _stats, _tanh, _xhat
+    from .triton_gru import FLOAT16_MAX, _norm_backward, _param, _stats, _tanh, _xhat
 
     @triton.jit
     def _tile_stats(x, valid, head, D, K, eps, MODE: tl.constexpr, EPS_INSIDE: tl.constexpr):
