@@ -17,8 +17,8 @@ dtype the op-by-op path gives (their promotion). float16 s: an all-zero RMS stat
 saturated as formulas.saturate_zero_rows does.
 
 `combine(cell, ...)` returns h', or None where it does not apply: Triton not installed, not CUDA (`runs_on`),
-inside torch.compile, a dtype or mixture the
-op-by-op path would round differently (`_fits`), or a state-side norm fused_gru.row_norm cannot
+inside torch.compile, shapes other than (B, 2H), (B, H), (B, H), (B, 3H) (`_rows_match`), a dtype or mixture
+the op-by-op path would round differently (`_fits`), or a state-side norm fused_gru.row_norm cannot
 describe; the cell then runs op by op.
 """
 from __future__ import annotations
@@ -293,12 +293,21 @@ def _fits(a_gates: Tensor, a_cand: Tensor, h: Tensor, s: Tensor, params) -> torc
     return h.dtype
 
 
+def _rows_match(h: Tensor, *others: tuple[Tensor, int]) -> bool:
+    """h is (B, H) and each (tensor, n) of others (B, n H): the kernel reads exactly these rows, where the
+    op-by-op path would broadcast or raise."""
+    if h.dim() != 2:
+        return False
+    rows, width = h.shape
+    return all(t.shape == (rows, n * width) for t, n in others)
+
+
 def combine(cell: nn.Module, a_gates: Tensor, a_cand: Tensor, h: Tensor, s: Tensor) -> Tensor | None:
     """NormGRUCell.combine in one launch each way, or None where it does not apply (module docstring)."""
     if triton is None or not runs_on(h) or torch.compiler.is_compiling():
         return None
     gates, cand = row_norm(cell.norm_state_gates), row_norm(cell.norm_state_cand)
-    if gates is None or cand is None or h.dim() != 2:
+    if gates is None or cand is None or not _rows_match(h, (a_gates, 2), (a_cand, 1), (s, 3)):
         return None
     params = (gates.gain, gates.bias, cand.gain, cand.bias)
     out_dtype = _fits(a_gates, a_cand, h, s, params)

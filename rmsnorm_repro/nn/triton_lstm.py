@@ -253,7 +253,7 @@ def _fits(gx: torch.dtype, s: torch.dtype, c: torch.dtype, h: torch.dtype, param
 def step_function(direction: nn.Module, h: Tensor) -> Callable | None:
     """For LSTMDirection's loop from h (B, H): f(gx, s, c, h, keep) -> (h', c') with gx (B, 4H) a step of the
     normalized input part, s = W_h h (B, 4H) and keep (B, 1) bool (False: a padded step, which keeps h and
-    c), one launch each way, or None for a step whose dtypes it does not take; or None where the kernel
+    c), one launch each way, or None for a step whose shapes or dtypes it does not take; or None where the kernel
     does not apply at all (module docstring). The norms are read once per sequence, the dtypes once each."""
     if triton is None or not triton_gru.runs_on(h) or torch.compiler.is_compiling():
         return None
@@ -266,6 +266,8 @@ def step_function(direction: nn.Module, h: Tensor) -> Callable | None:
     seen: dict[tuple, tuple | None] = {}
 
     def step(gx: Tensor, s: Tensor, c: Tensor, h: Tensor, keep: Tensor) -> tuple[Tensor, Tensor] | None:
+        if not triton_gru._rows_match(c, (gx, 4), (s, 4), (h, 1)) or keep.shape != (c.shape[0], 1):
+            return None
         key = (gx.dtype, s.dtype, c.dtype, h.dtype)
         if key not in seen:
             seen[key] = _fits(*key, params)

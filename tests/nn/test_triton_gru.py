@@ -233,6 +233,8 @@ def test_the_cell_takes_the_kernel_only_where_it_applies(monkeypatch):
     assert triton_gru.combine(cell, a_gates.bfloat16(), a_cand, h, s) is None  # a mixture autocast never makes
     assert triton_gru.combine(cell, a_gates, a_cand, h.double(), s) is None
     assert triton_gru.combine(_cell("rmsnorm", dtype=torch.float64), a_gates, a_cand, h, s) is None  # float64 gains
+    assert triton_gru.combine(cell, a_gates[:1], a_cand, h, s) is None  # a row the op-by-op path broadcasts
+    assert triton_gru.combine(cell, a_gates, a_cand, h, s[:, :-1]) is None  # a shape the op-by-op path rejects
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert triton_gru.combine(cell, *_inputs()) is None  # torch.compile traces the ops instead
     monkeypatch.undo()

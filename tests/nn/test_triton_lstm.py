@@ -122,6 +122,8 @@ def test_the_direction_takes_the_kernel_only_where_it_applies(monkeypatch):
     assert called[-1][-1] == (torch.float32, torch.float32)
     assert step(gx.double(), s, c, h, keep) is None  # a mixture autocast never makes
     assert step(gx.bfloat16(), s.half(), c, h, keep) is None  # gx and s of two low dtypes
+    assert step(gx[:1], s, c, h, keep) is None  # a row the op-by-op path broadcasts
+    assert step(gx, s, c, h, keep[:1]) is None
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert triton_lstm.step_function(_direction("rmsnorm"), h) is None
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
