@@ -3,7 +3,9 @@ a GPU is at hand, about 8 minutes on one H100.
 
 1. Exactness of the Triton kernel on the device, fp32 / bf16 / fp16 (and float32 gain beside bf16 /
    fp16 activations, autocast's mix), forward and every gradient against the float64 reference of the
-   same rounded inputs; plus the RMSNorm module's choice of kernel (norms/fused `kernel`), under autocast too.
+   same rounded inputs; plus the RMSNorm module's choice of kernel (norms/fused `kernel`), under autocast too,
+   and the Triton GRU transition and LSTM step (nn/triton_gru.py, nn/triton_lstm.py: the recurrent tasks'
+   steps on CUDA) against float64.
 2. A kernel table per call at the paper's shapes: x * 2 (floor), torch F.layer_norm, torch F.rms_norm,
    the suite's Triton kernel and its RMSNorm / pRMSNorm modules, Liger's and apex's RMSNorm where
    installed, forward and forward+backward, fp32 and bf16: wall time, host time (the calling thread's
@@ -32,7 +34,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..atomic import atomic_write_text
-from ..norms import RMSNorm, formulas, fused
+from ..nn import NormGRUCell, NormLSTM, triton_gru
+from ..norms import RMSNorm, build_normalization, formulas, fused
 from ..norms.fused import triton_rmsnorm
 
 SHAPES = ((80, 2048), (4096, 512), (8192, 1024), (25000, 512))  # GRU step; Transformer batches (25k tokens: base)
@@ -132,7 +135,108 @@ def module_checks(device: str = "cuda") -> list[dict]:
         ref = formulas.rms_norm(h.double(), norm.weight.double(), None, 64, 1e-8, False)
         ok = y.dtype == torch.bfloat16 and _max_rel_err([y], [ref]) < 2e-2
         rows.append({"check": "under autocast (bf16 activations, fp32 gain)", "value": f"{norm.kernel_name}, {y.dtype}", "ok": bool(ok)})
+    triton_gru.CPU_TENSORS = device == "cpu"  # --tiny: the recurrent kernels interpreted on CPU tensors, here only
+    try:
+        return rows + gru_checks(device) + lstm_checks(device)
+    finally:
+        triton_gru.CPU_TENSORS = False
+
+
+GRU_CASES = [("rmsnorm", {"eps": EPS}), ("prmsnorm", {"p": 0.25, "eps_inside": True, "bias": True}), ("layernorm", {}),
+             ("none", {})]  # eps 1e-3 outside the root: the zero row's gradient stays finite in fp16, as in part 1
+# (a_gates, a_cand and s; h): fp32, bf16 autocast's mix, fp16
+GRU_DTYPES = [(torch.float32, torch.float32), (torch.bfloat16, torch.float32), (torch.float16, torch.float16)]
+
+
+def gru_checks(device: str = "cuda") -> list[dict]:
+    """The Triton GRU transition (nn/triton_gru.py) on the device: h' and every gradient (a_gates, a_cand,
+    h, s, the state-side gains and biases) against the float64 cell op by op, with float32 gains beside
+    fp32, bf16 (autocast's mix: a float32 h) and fp16 inputs, a zero state row; hidden 1000 on CUDA (the
+    RNNSearch's), 12 on CPU (--tiny, interpreted)."""
+    rows, B, H = [], 16, 1000 if device == "cuda" else 12
+    for name, options in GRU_CASES:
+        torch.manual_seed(0)
+        cell = NormGRUCell(8, H, build_normalization(name, options)).to(device)
+        with torch.no_grad():  # gains and biases away from 1 and 0: a misplaced one cannot hide
+            for p in cell.parameters():
+                if p.dim() == 1:
+                    p.copy_(torch.rand_like(p) + 0.5)
+        reference = NormGRUCell(8, H, build_normalization(name, {**options, "impl": "reference"})).double().to(device)
+        reference.load_state_dict(cell.state_dict())
+        reference.fused = False
+        norms = lambda c: [p for n, p in c.named_parameters() if n.startswith("norm_state")]  # noqa: E731
+        worst, dtypes_ok = 0.0, True
+        for dtype, h_dtype in GRU_DTYPES:
+            g = torch.Generator().manual_seed(1)
+            a, h, dy = (torch.randn(B, n, generator=g, dtype=torch.float64) for n in (3 * H, H, H))
+            h[0] = 0.0
+            s = h @ torch.randn(3 * H, H, generator=g, dtype=torch.float64).t() / H ** 0.5  # row 0: U h0 = 0
+            leaves = [t.to(device, dt).requires_grad_() for t, dt in ((a, dtype), (h, h_dtype), (s, dtype))]
+            out = triton_gru.combine(cell, leaves[0][:, :2 * H], leaves[0][:, 2 * H:], leaves[1], leaves[2])
+            if out is None:
+                return rows + [{"check": f"GRU transition (Triton) {name}", "value": "not taken", "ok": False}]
+            got = [out, *torch.autograd.grad(out, leaves + norms(cell), dy.to(device, out.dtype))]
+            ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+            want_out = reference.combine(ref_leaves[0][:, :2 * H], ref_leaves[0][:, 2 * H:], *ref_leaves[1:])
+            want = [want_out, *torch.autograd.grad(want_out, ref_leaves + norms(reference), dy.to(device))]
+            worst = max(worst, _max_rel_err(got, want) / EXACT_DTYPES[dtype])  # in units of the tolerance
+            dtypes_ok &= out.dtype == torch.promote_types(dtype, h_dtype) and all(
+                gr.dtype == t.dtype for gr, t in zip(got[1:], leaves + norms(cell)))
+        described = f"{name} {options}" if options else name
+        rows.append({"check": f"GRU transition (Triton), {described}: fp32, bf16 autocast, fp16 against float64",
+                     "value": f"worst error {worst:.2f} of tolerance", "ok": bool(worst <= 1.0 and dtypes_ok)})
     return rows
+
+
+def lstm_checks(device: str = "cuda") -> list[dict]:
+    """The Triton LSTM step (nn/triton_lstm.py) on the device: a padded NormLSTM's outputs and the input's and
+    every parameter's gradient from a zero state, fp32 and under bf16 autocast, against float64 op by op
+    (within the tolerance, or 4 times the error of the op-by-op path in the same precision); hidden 256 on
+    CUDA, 6 on CPU (--tiny, interpreted)."""
+    rows, B, H = [], 16 if device == "cuda" else 4, 256 if device == "cuda" else 6
+    for name, options in (("rmsnorm", {"eps": EPS}), ("layernorm", {})):
+        torch.manual_seed(0)
+        lstm = NormLSTM(8, H, build_normalization(name, options), max_steps=5).to(device)
+        reference = NormLSTM(8, H, build_normalization(name, {**options, "impl": "reference"}), max_steps=5)
+        reference.load_state_dict(lstm.state_dict())
+        reference = reference.double().to(device)
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(B, 5, 8, generator=g, dtype=torch.float64).to(device)
+        mask = torch.ones(B, 5, dtype=torch.bool, device=device)
+        mask[3, 2:] = False
+
+        def run(model, fused, dtype, autocast):
+            model.fwd.fused = fused
+            xi = x.to(dtype).requires_grad_()
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+                out, last = model(xi, mask)
+            y = torch.cat([out.flatten(), last.flatten()])
+            taken = any(node.name() == "_LSTMStepFunctionBackward" for node in _graph(y))
+            dy = torch.linspace(-1, 1, y.numel(), device=device, dtype=y.dtype)
+            return taken, [y, *torch.autograd.grad(y, [xi, *model.parameters()], dy)]
+
+        _, want = run(reference, False, torch.float64, False)
+        worst, taken_all = 0.0, True
+        for autocast, tol in ((False, EXACT_DTYPES[torch.float32]), (True, EXACT_DTYPES[torch.bfloat16])):
+            taken, got = run(lstm, True, torch.float32, autocast)
+            _, op_by_op = run(lstm, False, torch.float32, autocast)
+            worst = max(worst, _max_rel_err(got, want) / max(tol, 4 * _max_rel_err(op_by_op, want)))
+            taken_all &= taken
+        rows.append({"check": f"LSTM step (Triton), {name}: fp32, bf16 autocast against float64",
+                     "value": f"worst error {worst:.2f} of tolerance" if taken_all else "not taken",
+                     "ok": bool(taken_all and worst <= 1.0)})
+    return rows
+
+
+def _graph(out: torch.Tensor) -> set:
+    """The autograd nodes behind out."""
+    seen, todo = set(), [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo += [next_fn for next_fn, _ in node.next_functions]
+    return seen
 
 
 # 2. Kernel table ---------------------------------------------------------------------------------------

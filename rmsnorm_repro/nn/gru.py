@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from ..norms import Normalization, init_weight_
-from . import fused_gru
+from . import fused_gru, triton_gru
 from .loop_linear import LoopLinear
 
 
@@ -92,7 +92,8 @@ class NormGRUCell(nn.Module):
     with dl4mt-tutorial").
     """
 
-    fused = True  # combine() through the one-kernel transition where it applies (fused_gru.py); False: op by op
+    fused = True  # combine() through the one-kernel transition where it applies (CPU: fused_gru.py, CUDA:
+    # triton_gru.py); False: op by op
 
     def __init__(self, input_size: int, hidden_size: int, norms: Normalization, bias_on: str = "input"):
         super().__init__()
@@ -138,7 +139,8 @@ class NormGRUCell(nn.Module):
 
         Split from `step` so that a model can record s (Table 5) without computing it twice.
         """
-        if self.fused and (h_new := fused_gru.combine(self, a_gates, a_cand, h, s)) is not None:
+        if self.fused and ((h_new := fused_gru.combine(self, a_gates, a_cand, h, s)) is not None
+                           or (h_new := triton_gru.combine(self, a_gates, a_cand, h, s)) is not None):
             return h_new
         s_gates, s_cand = s.split([2 * self.hidden_size, self.hidden_size], dim=-1)
         r, z = torch.sigmoid(a_gates + self.norm_state_gates(s_gates)).chunk(2, dim=-1)
@@ -177,7 +179,8 @@ class NormGRU(nn.Module):
     does one GEMM for U_g and U_c together, N3, N4 and the elementwise gates; U's gradient is one GEMM over
     all steps after the loop (`LoopLinear`), not one per step added up. On CPU, N3, N4 and the gates run as
     one C++ kernel forward and one backward (`fused_gru.py`), where the norms are none, RMSNorm, pRMSNorm or
-    LayerNorm; `NormGRU` runs each direction's whole loop (products included) as one kernel there.
+    LayerNorm; `NormGRU` runs each direction's whole loop (products included) as one kernel there. On CUDA
+    they run as one Triton launch forward and one backward per step (`triton_gru.py`), for the same norms.
     """
 
     fused_loop = True  # each direction's whole loop as one kernel where it applies (fused_gru.sequence); False: step by step

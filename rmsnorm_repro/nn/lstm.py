@@ -1,6 +1,7 @@
 """LSTM with the norm placement of the attentive reader the paper used (Cooijmans et al.'s code): two
 norms over the gate inputs, one over the cell state before its tanh (NormLSTM's docstring; docs/paper.md
-section 2). norm=batchnorm gives BN-LSTM, statistics per time step (`norms.step_norm`).
+section 2). norm=batchnorm gives BN-LSTM, statistics per time step (`norms.step_norm`). On CUDA each step
+after its state product runs as one Triton launch each way where its norms are one per step (triton_lstm.py).
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..norms import Normalization, init_weight_
+from . import triton_lstm
 from .loop_linear import LoopLinear
 
 INITS = ("xavier", "cooijmans")
@@ -39,6 +41,8 @@ def _init_gate_blocks(layer: nn.Module, hidden_size: int, init: str = "xavier") 
 class LSTMDirection(nn.Module):
     """One direction of a normalized LSTM over a time-major (T, B, I) sequence."""
 
+    fused = True  # CUDA: a step after its state product as one Triton launch each way (triton_lstm.py); False: op by op
+
     def __init__(self, input_size: int, hidden_size: int, norms: Normalization, max_steps: int, forget_bias: float,
                  input_bias: str = "after", learn_h0: bool = False, init: str = "xavier"):
         super().__init__()
@@ -68,13 +72,18 @@ class LSTMDirection(nn.Module):
         outputs = []
         linear = LoopLinear(x.shape[0])  # hidden_proj's gradient as one product over all steps
         # unbind(0), not gx_all[t]: indexing makes every step's backward allocate a full (T, B, 4H) zero tensor.
+        fused_step = triton_lstm.step_function(self, h) if self.fused else None  # CUDA: one launch each way
         for t, (gx, m) in enumerate(zip(gx_all.unbind(0), mask.unsqueeze(-1).unbind(0))):
             linear.t = t
-            i, f, g, o = (gx + self.norm_h(linear(self.hidden_proj, h), t)).chunk(4, dim=-1)
-            c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h_new = torch.sigmoid(o) * torch.tanh(self.norm_c(c_new, t))
-            c = torch.where(m, c_new, c)
-            h = torch.where(m, h_new, h)
+            s = linear(self.hidden_proj, h)
+            if fused_step is not None and (done := fused_step(gx, s, c, h, m)) is not None:
+                h, c = done
+            else:
+                i, f, g, o = (gx + self.norm_h(s, t)).chunk(4, dim=-1)
+                c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                h_new = torch.sigmoid(o) * torch.tanh(self.norm_c(c_new, t))
+                c = torch.where(m, c_new, c)
+                h = torch.where(m, h_new, h)
             outputs.append(h)
         return torch.stack(outputs), h
 

@@ -93,6 +93,8 @@ def test_gpu_check_tiny_runs_every_part_on_cpu(ext, tmp_path):
     (path,) = tmp_path.glob("gpu-*.md")
     text, data = path.read_text(), json.loads(path.with_suffix(".json").read_text())
     assert not data["errors"] and data["tiny"], data["errors"]
+    recurrent = [r for r in data["checks"] if r["check"].startswith(("GRU transition (Triton)", "LSTM step (Triton)"))]
+    assert len(recurrent) == 6 and all(r["ok"] for r in recurrent), recurrent  # GRU: 4 norms, LSTM: 2
     assert {(r["dtype"], r["params"]) for r in data["exact"]} == {
         ("float32", "float32"), ("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float16", "float16"), ("float16", "float32")}
     assert {r["impl"] for r in data["kernels"]} >= {"x * 2 (floor)", "torch layer_norm", "torch rms_norm", "suite Triton kernel",

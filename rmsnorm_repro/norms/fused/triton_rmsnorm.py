@@ -26,7 +26,6 @@ except ImportError:  # the CPU-only install; available() says False
     triton = None
 
 MAX_DIM = 65536  # one row must fit one program's block
-FLOAT16_MAX = formulas.FLOAT16_MAX
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -43,6 +42,9 @@ def supports(x: Tensor) -> bool:
 
 
 if triton is not None:
+    # a global a kernel reads must be a constexpr: compiled for a GPU, a plain float fails to build the kernel
+    # (the interpreter reads it anyway; tests/norms/fused/test_triton_rmsnorm.py compiles it for sm_90)
+    FLOAT16_MAX = tl.constexpr(formulas.FLOAT16_MAX)
 
     @triton.jit
     def _rmsnorm_forward(X, W, B, Y, STATS, N, D, K, eps, EPS_INSIDE: tl.constexpr, HAS_W: tl.constexpr,

@@ -218,3 +218,19 @@ def test_device_properties_are_read_once_per_device(monkeypatch):
         assert len(reads) == 1
     finally:
         triton_rmsnorm._backward_programs.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_kernels_build_for_a_gpu(dtype):
+    """Both kernels built for H100 without one (tests/triton_testing.py): float16's backward reads the
+    saturation bound, a global the interpreter accepted as a plain float and a GPU build rejected."""
+    import triton.language as tl
+    from triton_testing import compile_for_gpu
+
+    x = f"*{dtype}"
+    common = dict(X=x, W="*fp32", N="i32", D="i32", K="i32", BLOCK=512, ACC=tl.float32)
+    forward = compile_for_gpu(triton_rmsnorm._rmsnorm_forward, **common, B="*fp32", Y=x, STATS="*fp32", eps="fp32",
+                              EPS_INSIDE=False, HAS_W=True, HAS_B=True)
+    backward = compile_for_gpu(triton_rmsnorm._rmsnorm_backward, **common, DY=x, STATS="*fp32", DX=x, PARTIAL="*fp32",
+                               ROWS="i32", HAS_W=True, HAS_DW=True, HAS_DB=True, SATURATE=dtype == "fp16")
+    assert forward.asm["cubin"] and backward.asm["cubin"]
