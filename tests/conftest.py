@@ -5,9 +5,11 @@ Fixtures (as lightning-hydra-template's tests/conftest.py):
   composes it, with tests/runner_fixtures/configs on the search path (the tiny task), Hydra's global
   state cleared first;
 - `tiny_cfg(*overrides)`: the tiny task's config writing under this test's own tmp_path;
-- `ext`: the fused CPU kernel's extension (the test is skipped where it cannot be built).
+- `ext`: the fused CPU kernel's extension (the test is skipped where it cannot be built);
+- every test leaves the logging configuration as it found it (`_logging_as_found`).
 Per-task tiny sizes of the real tasks live in tests/tiny_sizes.py.
 """
+import logging
 import os
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -44,6 +46,21 @@ def tiny_cfg(tmp_path, compose):
     def make(*overrides: str):
         return compose(["task=tiny", f"paths.runs_dir={tmp_path}", *overrides])
     return make
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_found():
+    """A test that runs Hydra's main in-process with Hydra's logging config leaves handlers writing to
+    that test's captured (then closed) stdout; the next test to log at INFO would print a logging error
+    instead. The loggers that existed before each test get their handlers and levels back after it."""
+    loggers = [logging.getLogger()] + [log for log in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(log, logging.Logger)]
+    saved = [(log, log.handlers[:], log.level, log.disabled) for log in loggers]
+    yield
+    for log, handlers, level, disabled in saved:
+        log.handlers[:] = handlers
+        log.setLevel(level)
+        log.disabled = disabled
 
 
 @pytest.fixture(scope="session")

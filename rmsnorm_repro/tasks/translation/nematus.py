@@ -144,6 +144,7 @@ def _require(files: Sequence[Path], root: Path) -> None:
 def load(data: Mapping[str, Any], paths: Mapping[str, Any]) -> dict[str, Any]:
     """The corpus as data.Corpus' fields: BPE pairs per split, and the raw references of valid and the tests."""
     root = data_root(data, paths)
+    _require([], root)  # no folder: that line, before any about the test sets
     src, tgt = str(data["src"]), str(data["tgt"])
     tests = dict(data.get("test") or {})
     refs = dict(data.get("references") or {})
