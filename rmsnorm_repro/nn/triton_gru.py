@@ -263,21 +263,29 @@ class _GRUCellFunction(torch.autograd.Function):
         dac = torch.empty((n, hd), dtype=a_cand.dtype, device=h.device)
         dh = torch.empty((n, hd), dtype=h.dtype, device=h.device)
         ds = torch.empty((n, 3 * hd), dtype=s.dtype, device=h.device)
-        partial = torch.empty((programs, 6 * hd), dtype=acc_torch, device=h.device) if any(trained) else None
+        # the gains' and biases' per-program sums; with no rows no program runs and they are 0
+        partial = ((torch.empty if n > 0 else torch.zeros)((programs, 6 * hd), dtype=acc_torch, device=h.device)
+                   if any(trained) else None)
         block, warps = _block(hd)
         if n > 0:
             _gru_backward[(programs,)](dout, a_gates, a_cand, h, s, g3, b3, g4, b4, dag, dac, dh, ds, partial, n, rows,
                                        a_gates.stride(0), a_cand.stride(0), h.stride(0), s.stride(0), hd, *ctx.spec,
                                        PARAMS=partial is not None, SATURATE=s.dtype == torch.float16, BLOCK=block,
                                        ACC=acc, num_warps=warps)
-        grads = [None] * 4
-        if partial is not None:
-            total = partial.sum(0) if n > 0 else partial.new_zeros(6 * hd)
-            for i, (p, want, part) in enumerate(zip(params, trained, total.split([2 * hd, hd, 2 * hd, hd]))):
-                if want:
-                    grads[i] = part if part.dtype is p.dtype else part.to(p.dtype)
-        dg3, dg4, db3, db4 = grads
+        dg3, dg4, db3, db4 = parameter_gradients(partial, params, trained, [2 * hd, hd, 2 * hd, hd])
         return dag, dac, dh, ds, dg3, db3, dg4, db4, None, None
+
+
+def parameter_gradients(partial: Tensor | None, params, trained: list[bool], widths: list[int]) -> list:
+    """The gains' and biases' gradients from a backward kernel's per-program partial sums (programs, sum of
+    widths), laid out as `params` in `widths`: one sum, each cast to its parameter's dtype; None where a
+    parameter is absent or not trained."""
+    grads = [None] * len(params)
+    if partial is not None:
+        for i, (p, want, part) in enumerate(zip(params, trained, partial.sum(0).split(widths))):
+            if want:
+                grads[i] = part if part.dtype is p.dtype else part.to(p.dtype)
+    return grads
 
 
 def _fits(a_gates: Tensor, a_cand: Tensor, h: Tensor, s: Tensor, params) -> torch.dtype | None:

@@ -214,7 +214,9 @@ class _LSTMStepFunction(torch.autograd.Function):
         ds = torch.empty((n, 4 * hd), dtype=s.dtype, device=c.device)
         dc = torch.empty((n, hd), dtype=c.dtype, device=c.device)
         dh = torch.empty((n, hd), dtype=h.dtype, device=c.device)
-        partial = torch.empty((programs, 10 * hd), dtype=acc_torch, device=c.device) if any(trained) else None
+        # the gains' and biases' per-program sums; with no rows no program runs and they are 0
+        partial = ((torch.empty if n > 0 else torch.zeros)((programs, 10 * hd), dtype=acc_torch, device=c.device)
+                   if any(trained) else None)
         block, warps = _block(hd)[0], _block(4 * hd)[1]
         if n > 0:
             _lstm_backward[(programs,)](dh_out, dc_out, gx, s, c, h, keep, gh, bh, gc, bc, dgx, ds, dc, dh, partial, n,
@@ -222,13 +224,7 @@ class _LSTMStepFunction(torch.autograd.Function):
                                         *ctx.spec,
                                         PARAMS=partial is not None, SATURATE=s.dtype == torch.float16, BLOCK=block,
                                         ACC=acc, num_warps=warps)
-        grads = [None] * 4
-        if partial is not None:
-            total = partial.sum(0) if n > 0 else partial.new_zeros(10 * hd)
-            for k, (p, want, part) in enumerate(zip(params, trained, total.split([4 * hd, hd, 4 * hd, hd]))):
-                if want:
-                    grads[k] = part if part.dtype is p.dtype else part.to(p.dtype)
-        dgh, dgc, dbh, dbc = grads
+        dgh, dgc, dbh, dbc = triton_gru.parameter_gradients(partial, params, trained, [4 * hd, hd, 4 * hd, hd])
         return dgx, ds, dc, dh, None, dgh, dbh, dgc, dbc, None, None
 
 

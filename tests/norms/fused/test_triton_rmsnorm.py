@@ -4,18 +4,14 @@ Exactness: the kernels run under TRITON_INTERPRET=1 (in a subprocess: Triton rea
 kernels are defined) against the float64 reference. Host work per call: the launches are stubbed and
 the aten ops the Function runs are counted with a dispatch mode, the budget a GPU call pays on the host.
 """
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from collections import Counter
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (it ships with CUDA builds of torch)")
+
+from triton_testing import AtenOps, Launches, interpreted  # noqa: E402
 
 from rmsnorm_repro.norms import formulas, fused  # noqa: E402
 from rmsnorm_repro.norms.fused import triton_rmsnorm  # noqa: E402
@@ -83,10 +79,7 @@ INTERPRETED = textwrap.dedent("""
 def test_kernels_equal_the_float64_reference_under_the_interpreter():
     """Forward and every gradient against float64: zero rows, p < 1, no rows at all, more rows than
     backward programs, a frozen gain, fp32 / bf16 / fp16 x with fp32 gains."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = interpreted(INTERPRETED)
     rows = result["rows"]
     assert len(rows) == 10 and all(r["ok"] for r in rows), rows
     assert result["saturated"]  # float16: a zero row's gradient clamped like formulas.saturate_zero_rows
@@ -124,43 +117,18 @@ SHARED_GRADIENTS = textwrap.dedent("""
 def test_backward_leaves_every_gradient_it_is_given_intact():
     """The caller's dy, a fresh gradient, one shared with a leaf's branch and one a hook keeps: none is
     overwritten (dx has a buffer of its own), and every gradient equals the reference's."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", SHARED_GRADIENTS], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = interpreted(SHARED_GRADIENTS)
     assert result["dy_intact"], result
     assert result["err"] < 1e-12, result
 
 
 # Host work per call ------------------------------------------------------------------------------------
-class _Launches:
-    """Stands in for a @triton.jit kernel: `kernel[grid](...)` counts and launches nothing."""
-
-    def __init__(self):
-        self.count = 0
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            self.count += 1
-        return launch
-
-
-class _AtenOps(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.fixture
 def stubbed(monkeypatch):
     """The dispatch's Triton function on a mocked CUDA machine, its two kernels stubbed, and the
     per-call checks (supports, the environment lookup, triton's size helpers) made to fail if anything
     calls them."""
-    forward, backward = _Launches(), _Launches()
+    forward, backward = Launches(), Launches()
     monkeypatch.setattr(triton_rmsnorm, "_rmsnorm_forward", forward)
     monkeypatch.setattr(triton_rmsnorm, "_rmsnorm_backward", backward)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -194,7 +162,7 @@ def test_one_call_is_two_launches_and_five_buffers(stubbed):
     x = torch.randn(80, 512, requires_grad=True)
     w, b = torch.ones(512, requires_grad=True), torch.zeros(512, requires_grad=True)
     dy = torch.randn(80, 512)
-    with _AtenOps() as counted:
+    with AtenOps() as counted:
         y = run(x, w, b, 512, 1e-8, False)
         torch.autograd.grad(y, (x, w, b), dy)
     assert (forward.count, backward.count) == (1, 1)
