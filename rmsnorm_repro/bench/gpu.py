@@ -211,7 +211,7 @@ def lstm_checks(device: str = "cuda") -> list[dict]:
             with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
                 out, last = model(xi, mask)
             y = torch.cat([out.flatten(), last.flatten()])
-            taken = any(node.name() == "_LSTMStepFunctionBackward" for node in _graph(y))
+            taken = any(node.name() == "_LSTMStepFunctionBackward" for node in autograd_nodes(y))
             dy = torch.linspace(-1, 1, y.numel(), device=device, dtype=y.dtype)
             return taken, [y, *torch.autograd.grad(y, [xi, *model.parameters()], dy)]
 
@@ -228,8 +228,8 @@ def lstm_checks(device: str = "cuda") -> list[dict]:
     return rows
 
 
-def _graph(out: torch.Tensor) -> set:
-    """The autograd nodes behind out."""
+def autograd_nodes(out: torch.Tensor) -> set:
+    """The autograd nodes behind out (which Functions a result went through: the tests ask it too)."""
     seen, todo = set(), [out.grad_fn]
     while todo:
         node = todo.pop()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rmsnorm_repro.bench.gpu import autograd_nodes
 from rmsnorm_repro.nn import NormGRUCell, fused_cgru
 from rmsnorm_repro.norms import build_normalization
 from rmsnorm_repro.tasks.translation.rnnsearch import RNNSearch
@@ -58,13 +59,7 @@ def _run(model, fused_loop):
 
 
 def _graph_names(out):
-    seen, todo = set(), [out.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is not None and node not in seen:
-            seen.add(node)
-            todo += [next_fn for next_fn, _ in node.next_functions]
-    return {node.name() for node in seen}
+    return {node.name() for node in autograd_nodes(out)}
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

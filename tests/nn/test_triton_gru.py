@@ -125,14 +125,10 @@ MODELS = COMMON + textwrap.dedent("""
     from rmsnorm_repro.tasks.translation.rnnsearch import RNNSearch
     NormGRU.fused_loop = RNNSearch.fused_loop = False  # the CPU loops off: every step through combine()
 
+    from rmsnorm_repro.bench.gpu import autograd_nodes
+
     def graph_names(out):
-        seen, todo = set(), [out.grad_fn]
-        while todo:
-            node = todo.pop()
-            if node is not None and node not in seen:
-                seen.add(node)
-                todo += [next_fn for next_fn, _ in node.next_functions]
-        return {node.name() for node in seen}
+        return {node.name() for node in autograd_nodes(out)}
 
     def compare(run, model):
         results = []

@@ -22,14 +22,10 @@ LAYERS = textwrap.dedent("""
     from rmsnorm_repro.norms import build_normalization
     triton_gru.CPU_TENSORS = True  # CPU tensors stand in for CUDA ones
 
+    from rmsnorm_repro.bench.gpu import autograd_nodes
+
     def graph_names(out):
-        seen, todo = set(), [out.grad_fn]
-        while todo:
-            node = todo.pop()
-            if node is not None and node not in seen:
-                seen.add(node)
-                todo += [next_fn for next_fn, _ in node.next_functions]
-        return {node.name() for node in seen}
+        return {node.name() for node in autograd_nodes(out)}
 
     def run(lstm, fused, dtype=torch.float64, autocast=None):
         \"\"\"Outputs and last states, the input's and every parameter's gradient; whether the kernel ran.\"\"\"
