@@ -6,6 +6,7 @@ training takes (SLEEF's sigmoid and tanh) within float32 rounding.
 import pytest
 import torch
 
+from rmsnorm_repro.bench.gpu import autograd_nodes
 from rmsnorm_repro.nn import NormGRU, NormGRUCell, fused_gru, nematus_init_
 from rmsnorm_repro.norms import build_normalization
 
@@ -104,10 +105,10 @@ def test_fused_layer_over_padded_batches_equals_op_by_op(name, options, dtype, l
     mask = torch.ones(B, 6, dtype=torch.bool)
     mask[1, 4:] = mask[3, 2:] = False
     out, got = _layer_run(layer, x, mask, loop=True, fused=True)
-    assert any("GRUSequence" in n.name() for n in _graph(out))  # the kernel ran
+    assert any("GRUSequence" in n.name() for n in autograd_nodes(out))  # the kernel ran
     for loop, fused in ((False, True), (False, False)):
         ref_out, want = _layer_run(layer, x, mask, loop, fused)
-        assert not any("GRUSequence" in n.name() for n in _graph(ref_out))
+        assert not any("GRUSequence" in n.name() for n in autograd_nodes(ref_out))
         assert len(got) == len(want) and all(g is not None for g in got)
         # sums over T x B rows in another order, through 6 steps of pRMSNorm's 2-feature statistic in float32:
         # atol by each tensor's scale (float64 pins the formulas at 1e-12)
@@ -116,17 +117,6 @@ def test_fused_layer_over_padded_batches_equals_op_by_op(name, options, dtype, l
             scale = max(1.0, float(w.detach().abs().max()))
             torch.testing.assert_close(g, w, rtol=TOLERANCE[dtype]["rtol"], atol=atol * scale,
                                        msg=f"output/gradient {i}")
-
-
-def _graph(out):
-    """Every autograd node behind out."""
-    seen, todo = [], [out.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is not None and node not in seen:
-            seen.append(node)
-            todo += [next_fn for next_fn, _ in node.next_functions]
-    return seen
 
 
 def test_the_layer_loop_without_padding_or_gradients_and_under_hooks(layer_paths):
