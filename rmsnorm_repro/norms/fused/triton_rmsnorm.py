@@ -46,7 +46,9 @@ if triton is not None:
     # (the interpreter reads it anyway; tests/norms/fused/test_triton_rmsnorm.py compiles it for sm_90)
     FLOAT16_MAX = tl.constexpr(formulas.FLOAT16_MAX)
 
-    @triton.jit
+    # N and ROWS (rows of a batch, rows a program) change with every batch: Triton would compile anew for each
+    # divisibility class (by 16, or 1) of them, inside a training step; D and K are fixed per model
+    @triton.jit(do_not_specialize=["N"])
     def _rmsnorm_forward(X, W, B, Y, STATS, N, D, K, eps, EPS_INSIDE: tl.constexpr, HAS_W: tl.constexpr,
                  HAS_B: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
@@ -72,7 +74,7 @@ if triton is not None:
         tl.store(STATS + row, s)  # STATS: (2, N), scale then coefficient
         tl.store(STATS + N + row, c)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["N", "ROWS"])
     def _rmsnorm_backward(DY, X, W, STATS, DX, PARTIAL, N, D, K, ROWS, HAS_W: tl.constexpr, HAS_DW: tl.constexpr,
                   HAS_DB: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr, SATURATE: tl.constexpr):
         pid = tl.program_id(0)
