@@ -1,6 +1,6 @@
 """python -m rmsnorm_repro.bench [--kernels] [--steps] [--module] [--allocator tuned|default] [--threads N]
        [--precision fp32|bf16]
-       python -m rmsnorm_repro.bench --gpu [--tiny]   (make gpu-check: the one-shot GPU check)
+       python -m rmsnorm_repro.bench --gpu [--tiny] [--tasks ...] [--norms ...] [--out DIR]   (make gpu-check)
        python -m rmsnorm_repro.bench --profile task=<task> [scale=mini|paper]
        python -m rmsnorm_repro.bench floor [--threads 1,2] [--rounds 5] [--data-root DIR]   (make speed-floor)
 
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> int | None:
     ap.add_argument("--no-compile", action="store_true", help="module table without the compiled rows")
     ap.add_argument("--no-gru", action="store_true", help="module table without the GRU row")
     ap.add_argument("--gru-rounds", type=int, default=21)
-    ap.add_argument("--gpu", action="store_true", help="the one-shot GPU check (bench/gpu.py): Triton exactness, "
-                    "kernel table, per-step table; writes results/speed/gpu-*.md")
+    ap.add_argument("--gpu", action="store_true", help="the one-shot GPU check (bench/gpu_check.py): a smoke stage, "
+                    "then the kernel and per-step tables (--tasks, --norms honoured); writes <out>/gpu-*.md, .json, .log")
     ap.add_argument("--tiny", action="store_true", help="--gpu at tiny sizes, on CPU without a GPU (the tests run it)")
     ap.add_argument("--profile", nargs="+", metavar="KEY=VALUE", help="task=<task> [scale=mini|paper]: share of "
                     "step time in normalization ops (bench/profile.py); writes results/speed/profile-*.md")
@@ -104,9 +104,11 @@ def main(argv: list[str] | None = None) -> int | None:
     if args.gpu:
         if args.tiny and not torch.cuda.is_available():
             os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported: its kernels run on CPU tensors
-        from . import gpu
+        from . import gpu_check
 
-        return gpu.main(args.out, tiny=args.tiny)
+        return gpu_check.main(args.out, tiny=args.tiny, tasks=[t for t in args.tasks.split(",") if t] or None,
+                              norms=[n for n in args.norms.split(",") if n] or None,
+                              command="python -m rmsnorm_repro.bench " + " ".join(argv))
     if args.profile:
         from . import profile
 

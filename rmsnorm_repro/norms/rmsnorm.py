@@ -83,12 +83,30 @@ class RowRMSNorm:
     def __init__(self, p: float, eps: float, eps_inside: bool, impl: str):
         self.p, self.eps, self.eps_inside, self.impl = p, eps, eps_inside, impl
         self.k: dict[int, int] = {}  # row length -> k
+        self.kernel_names: set[str] = set()  # what ran (kernels_in)
 
     def __call__(self, rows: Tensor) -> Tensor:
         dim = rows.shape[-1]
         if dim not in self.k:
             self.k[dim] = formulas.partial_k(dim, self.p)
-        return fused.rms_norm(rows, None, None, self.k[dim], self.eps, self.eps_inside, self.impl)
+        if torch.compiler.is_compiling():
+            return fused.traced(rows, None, None, self.k[dim], self.eps, self.eps_inside, self.impl)
+        name, kernel = fused.kernel(self.impl, rows.device.type, rows.dtype, rows.dtype, dim, self.k[dim],
+                                    self.eps_inside, False)
+        self.kernel_names.add(name)
+        return kernel(rows, None, None, self.k[dim], self.eps, self.eps_inside)
+
+
+def kernels_in(model: nn.Module) -> list[str]:
+    """The RMSNorm kernels this model's own modules ran (sorted; empty before a call): per model, where
+    RMSNormalization.describe() reports the whole process's (fused.implementations_used)."""
+    names: set[str] = set()
+    for module in model.modules():
+        if isinstance(module, RMSNorm) and module.kernel_name is not None:
+            names.add(module.kernel_name)
+        elif isinstance(module, ChannelNorm) and isinstance(module.row_norm, RowRMSNorm):
+            names |= module.row_norm.kernel_names
+    return sorted(names)
 
 
 @register("rmsnorm", "prmsnorm")

@@ -1,5 +1,4 @@
-"""The speed benches that measure what users call: the module table (bench/module.py), the one-shot
-GPU check (bench/gpu.py, run here on CPU with the Triton kernel interpreted), the profile
+"""The speed benches that measure what users call: the module table (bench/module.py), the profile
 (bench/profile.py), the bindings script (scripts/bench_binding.py), the beam script (scripts/bench_beam.py) and
 the versions script (scripts/bench_versions.py)."""
 from __future__ import annotations
@@ -76,63 +75,6 @@ def test_module_targets_say_which_hold_with_the_floor():
     assert "0.50 of LayerNorm's" in line and "within noise: no norm at all is 0.92x" in line
     (line,) = module.target_lines([gru_none(12.5, 1.0, 1.1), gru("layernorm", 12.0), gru("rmsnorm", 11.5)])
     assert "cannot be measured" in line
-
-
-# The one-shot GPU check, on CPU ---------------------------------------------------------------------------
-@pytest.mark.slow
-def test_gpu_check_tiny_runs_every_part_on_cpu(ext, tmp_path):
-    """`python -m rmsnorm_repro.bench --gpu --tiny` (make gpu-check's CPU form, about a minute here): Triton
-    exactness in fp32/bf16/fp16 (and fp32 gains beside bf16/fp16 x) against float64 with the kernel
-    interpreted, the module's choice, the per-call table (host time, kernels), every task x norm x precision
-    per step with kernels a step and the paper's ratio, verdicts, the report written atomically."""
-    pytest.importorskip("triton", reason="Triton is not installed (it ships with CUDA builds of torch)")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # --tiny sets it itself without a GPU
-    out = subprocess.run([sys.executable, "-m", "rmsnorm_repro.bench", "--gpu", "--tiny", "--out", str(tmp_path)],
-                         env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert out.returncode == 0, out.stderr[-3000:]
-    (path,) = tmp_path.glob("gpu-*.md")
-    text, data = path.read_text(), json.loads(path.with_suffix(".json").read_text())
-    assert not data["errors"] and data["tiny"], data["errors"]
-    recurrent = [r for r in data["checks"] if r["check"].startswith(("GRU transition (Triton)", "LSTM step (Triton)"))]
-    assert len(recurrent) == 6 and all(r["ok"] for r in recurrent), recurrent  # GRU: 4 norms, LSTM: 2
-    assert {(r["dtype"], r["params"]) for r in data["exact"]} == {
-        ("float32", "float32"), ("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float16", "float16"), ("float16", "float32")}
-    assert {r["impl"] for r in data["kernels"]} >= {"x * 2 (floor)", "torch layer_norm", "torch rms_norm", "suite Triton kernel",
-                                                   "suite RMSNorm module", "suite RMSNorm module, eps inside",
-                                                   "suite pRMSNorm module 6.25%"}
-    assert all(r["host_us"] > 0 and r["kernels"] >= 1 for r in data["kernels"])
-    from rmsnorm_repro.bench.steps import available_tasks
-
-    assert {(r["precision"], r["task"], r["norm"]) for r in data["steps"]} == {
-        (p, t, n) for p in ("fp32", "bf16") for t in available_tasks() for n in ("none", "layernorm", "rmsnorm", "prmsnorm")}
-    assert all(r["kernels"] > 0 and r["paper_vs_layernorm"] for r in data["steps"])
-    for section in ("## 1. Exactness", "## 2. Kernel table", "## 3. Per training step", "Verdicts", "--tiny: tiny shapes"):
-        assert section in text
-    assert str(tmp_path) not in text and str(REPO) not in text
-
-
-def test_gpu_check_reports_a_failing_part_and_goes_on(tmp_path, monkeypatch):
-    from rmsnorm_repro.bench import gpu
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("no such kernel")
-
-    monkeypatch.setattr(gpu, "exactness", broken)
-    monkeypatch.setattr(gpu, "kernel_table", lambda *a, **k: [])
-    monkeypatch.setattr(gpu, "step_table", lambda *a, **k: [])
-    monkeypatch.setattr(gpu, "module_checks", lambda *a, **k: [])
-    path, ok = gpu.run_all("cpu", tmp_path, log=lambda *a: None)
-    assert not ok
-    assert "- exact: RuntimeError: no such kernel" in path.read_text()
-
-
-def test_gpu_check_without_a_gpu_says_so(capsys):
-    from rmsnorm_repro.bench import gpu
-
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
-    assert gpu.main() == 2
-    assert "no CUDA device" in capsys.readouterr().err
 
 
 # Profile --------------------------------------------------------------------------------------------------
