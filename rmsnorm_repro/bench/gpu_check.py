@@ -210,6 +210,7 @@ def main(out: str = "results/speed", tiny: bool = False, tasks: list[str] | None
               file=sys.stderr)
         return 2
     chosen = [n for n in gpu_steps.STEP_NORMS if not norms or n in norms]
+    chosen_tasks = tasks or sorted(present, key=lambda t: gpu_steps.ORDER.index(t) if t in gpu_steps.ORDER else 99)
     if tiny:
-        return run_all(device, Path(out), tiny, tasks or present, chosen, command, TINY_DEADLINE_S, TINY_SMOKE_LIMIT_S)
-    return run_all(device, Path(out), tiny, tasks or present, chosen, command)
+        return run_all(device, Path(out), tiny, chosen_tasks, chosen, command, TINY_DEADLINE_S, TINY_SMOKE_LIMIT_S)
+    return run_all(device, Path(out), tiny, chosen_tasks, chosen, command)

@@ -4,7 +4,7 @@ In order, each written to gpu-<device>-smoke.json (atomically) as soon as it is 
 device; every Triton kernel variant the suite can launch against float64 on the device (RMSNorm and pRMSNorm
 in fp32, bf16, fp16 and autocast's mixes; the GRU transition and the LSTM step: bench/gpu.py); which kernel
 each recipe's RMSNorm and pRMSNorm picks, and one training step of every task on the device at scale=mini
-(the paper's recipes, small models) with a finite loss. A watchdog ends the stage when it overruns, with what
+(the paper's recipes, small models) with a finite loss. A watchdog ends the stage when it overruns (LIMIT_S), with what
 was done written and the check not started; the full check starts only if every smoke check passed.
 """
 from __future__ import annotations
@@ -23,7 +23,9 @@ from ..norms.fused import triton_rmsnorm
 from . import gpu
 from .gpu_record import Log, Watchdog, process_age_s
 
-LIMIT_S = 90  # of the process's age: the stage takes under a minute on an H100, its Triton builds included
+# of the process's age: the stage's aim is a minute on an H100, about half of it Triton building each kernel
+# variant with a cold cache (never measured there yet): the watchdog leaves it room rather than lose the call
+LIMIT_S = 150
 SMOKE_NORMS = ("rmsnorm", "prmsnorm")
 
 

@@ -31,10 +31,12 @@ STEP_PRECISIONS = ("fp32", "bf16")  # train.precision (fp32 with train.tf32); un
 FIRST_BATCH = 1  # batch 0: each model's first step (building its kernels), before any timing
 # the suite's fused recurrent cells, by their autograd node: a row's impl column names them where its loss went through
 FUSED_CELLS = {"_GRUCellFunctionBackward": "triton GRU cell", "_LSTMStepFunctionBackward": "triton LSTM step"}
-# seconds before anything was measured (an H100 at the paper's sizes, generously): what a block's first estimate uses
-PRIOR_BUILD_S = 15.0
-PRIOR_STEP_S = {"transformer": 0.4, "rnnsearch": 0.4, "reader": 1.5, "retrieval": 0.3, "convpool": 0.3}
-
+# seconds before anything was measured (guesses for an H100 at the paper's sizes, on the side of caution; the
+# H200's steps in results/speed/gpu-nvidia-h200.md: 40-380 ms): what a block's first estimate uses
+PRIOR_BUILD_S = 8.0
+PRIOR_STEP_S = {"transformer": 0.3, "rnnsearch": 0.2, "reader": 1.0, "retrieval": 0.2, "convpool": 0.15}
+# the paper's headline tasks first: where time runs short, the last ones are left out
+ORDER = ("rnnsearch", "transformer", "convpool", "retrieval", "reader")
 
 def one_step(run: StepRun, batch: int) -> tuple[torch.Tensor, float]:
     """(loss, wall ms) of the runner's training step on batch `batch` (StepRun.step without dropping the loss)."""
@@ -82,9 +84,11 @@ class Budget:
     step_s: dict[str, float] = field(default_factory=dict)  # task -> seconds a step (the latest untimed pass)
 
     def block_s(self, task: str, norms: int, steps: int, built: bool) -> float:
+        """Seconds for one task x precision: building its models (unless built), 2 passes and a profiled step."""
         step = self.step_s.get(task, PRIOR_STEP_S.get(task, 1.0))
-        build = 0.0 if built else norms * self.build_s.get(task, PRIOR_BUILD_S)
-        return build + norms * (2 * steps + 1) * step * 1.2 + 2.0  # the profiled steps and their parsing: 20%, 2 s
+        # a task not built yet: as long as the slowest built so far
+        build = 0.0 if built else norms * self.build_s.get(task, max(self.build_s.values(), default=PRIOR_BUILD_S))
+        return build + norms * (2 * steps + 4) * step * 1.1 + 2.0  # a profiled step and its parsing: about 3 steps
 
     def fits(self, seconds: float) -> bool:
         return seconds <= self.deadline()

@@ -27,7 +27,6 @@ from ..runner.setup import normalization, resolve_device, task_class
 from ..runner.step import train_step
 from ..tasks import TASKS
 from .kernels import verdict
-from ..report.paired import Measured, decides
 
 CONFIG_DIR = configs_dir()
 PAPER_DIR = paper_dir()
@@ -129,6 +128,8 @@ def run(tasks: list[str], norms: list[str] | None = None, rounds: int = 2, steps
     model at once and they take turns step by step (ABBA), so paired steps run moments apart: the
     machine's load, which drifts over seconds, falls on both (each step then starts with another model's
     data in the caches, as every norm's does)."""
+    from ..report.paired import decides  # scipy: the GPU check (StepRun only) counts on the image and its wheels alone
+
     rows = []
     for task in tasks:
         supported = list(task_class(OmegaConf.create({"task": {"name": task}})).supported_norms)
@@ -189,13 +190,15 @@ def run(tasks: list[str], norms: list[str] | None = None, rounds: int = 2, steps
 
 
 def side_by_side(tasks: list[str], norms: list[str], scale: str, overrides: list[str] = (), rounds: int = 6,
-                 steps: int = 8, max_rounds: int = 24, how: str = "", log=print) -> dict[str, Measured]:
+                 steps: int = 8, max_rounds: int = 24, how: str = "", log=print) -> dict[str, "Measured"]:
     """{task: {norm: step times in ms}} at a tier's own sizes and batches (scale=mini or small, with the
     runs' data overrides), norms taking turns in balanced order in this process on the same batches, at
     least `rounds` rounds and more (up to max_rounds) until a 5% speed-up is decidable: what the reports'
     speed claims are judged on (report/claims.speed_claims), rather than runs timed apart."""
     rows = run(tasks, norms, rounds, steps, 1.0, log=log, scale=scale, overrides=list(overrides), max_rounds=max_rounds,
                interleave=True)
+    from ..report.paired import Measured
+
     out: dict[str, Measured] = {}
     for task in dict.fromkeys(row["task"] for row in rows):
         mine = [row for row in rows if row["task"] == task]
