@@ -165,9 +165,9 @@ def gru_checks(device: str = "cuda") -> list[dict]:
 
 def lstm_checks(device: str = "cuda") -> list[dict]:
     """The Triton LSTM step (nn/triton_lstm.py) on the device: a padded NormLSTM's outputs and the input's and
-    every parameter's gradient from a zero state, fp32 and under bf16 autocast, against float64 op by op
-    (within the tolerance, or 4 times the error of the op-by-op path in the same precision); hidden 256 on
-    CUDA, 6 on CPU (--tiny, interpreted)."""
+    every parameter's gradient from a zero state, fp32 and under bf16 autocast (and fp16 autocast on CUDA:
+    train.precision=fp16), against float64 op by op (within the tolerance, or 4 times the error of the
+    op-by-op path in the same precision); hidden 256 on CUDA, 6 on CPU (--tiny, interpreted)."""
     rows, B, H = [], 16 if device == "cuda" else 4, 256 if device == "cuda" else 6
     for name, options in (("rmsnorm", {"eps": EPS}), ("layernorm", {})):
         torch.manual_seed(0)
@@ -183,21 +183,23 @@ def lstm_checks(device: str = "cuda") -> list[dict]:
         def run(model, fused, dtype, autocast):
             model.fwd.fused = fused
             xi = x.to(dtype).requires_grad_()
-            with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+            with torch.autocast(device, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
                 out, last = model(xi, mask)
             y = torch.cat([out.flatten(), last.flatten()])
             taken = any(node.name() == "_LSTMStepFunctionBackward" for node in autograd_nodes(y))
             dy = torch.linspace(-1, 1, y.numel(), device=device, dtype=y.dtype)
             return taken, [y, *torch.autograd.grad(y, [xi, *model.parameters()], dy)]
 
-        _, want = run(reference, False, torch.float64, False)
+        _, want = run(reference, False, torch.float64, None)
         worst, taken_all = 0.0, True
-        for autocast, tol in ((False, EXACT_DTYPES[torch.float32]), (True, EXACT_DTYPES[torch.bfloat16])):
+        for autocast in (None, torch.bfloat16) + ((torch.float16,) if device == "cuda" else ()):
+            tol = EXACT_DTYPES[autocast or torch.float32]
             taken, got = run(lstm, True, torch.float32, autocast)
             _, op_by_op = run(lstm, False, torch.float32, autocast)
             worst = max(worst, _max_rel_err(got, want) / max(tol, 4 * _max_rel_err(op_by_op, want)))
             taken_all &= taken
-        rows.append({"check": f"LSTM step (Triton), {name}: fp32, bf16 autocast against float64",
+        mixes = "fp32, bf16 autocast" + (", fp16 autocast" if device == "cuda" else "")
+        rows.append({"check": f"LSTM step (Triton), {name}: {mixes} against float64",
                      "value": f"worst error {worst:.2f} of tolerance" if taken_all else "not taken",
                      "ok": bool(taken_all and worst <= 1.0)})
     return rows

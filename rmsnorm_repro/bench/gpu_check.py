@@ -174,8 +174,11 @@ def run_all(device: str, out: Path, tiny: bool, tasks: list[str], norms: list[st
         log(f"{record.state}; what was done is in {record.md.name}")
 
     with Watchdog(deadline_s + GRACE_S, overran):
-        full_check(record, log, device, tasks, norms, TINY_KERNELS if tiny else PAPER_KERNELS,
-                   TINY_STEPS if tiny else PAPER_STEPS, deadline_s)
+        try:
+            full_check(record, log, device, tasks, norms, TINY_KERNELS if tiny else PAPER_KERNELS,
+                       TINY_STEPS if tiny else PAPER_STEPS, deadline_s)
+        except Exception:  # noqa: BLE001 (outside any block: named in the report, what was done kept)
+            record.errors["steps"]["the check itself"] = log.exception("gpu check")
     failed = record.failures()
     skipped = [f"{part} {block}" for part, blocks in record.errors.items() for block, why in blocks.items()
                if why.startswith("skipped")]

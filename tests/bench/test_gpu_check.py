@@ -284,3 +284,39 @@ def test_gpu_check_without_a_gpu_says_so(capsys):
         pytest.skip("this machine has a GPU")
     assert gpu_check.main() == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_the_check_imports_only_the_image_and_the_wheels(tmp_path):
+    """The check's modules and every task's (what `available_tasks` imports) on a python that imports like
+    the image with the wheels unpacked: every task is there (a task whose import failed would be left out
+    silently), and the suite's only blocked imports are the optional Liger and apex."""
+    blocked = tmp_path / "blocked.txt"
+    env = _image_python(tmp_path, blocked)
+    deps = tmp_path / "deps"
+    for wheel in _wheels(tmp_path / "wheels").glob("*.whl"):
+        zipfile.ZipFile(wheel).extractall(deps)
+    script = ("from rmsnorm_repro.bench import gpu_check, gpu_kernels\nfrom rmsnorm_repro.bench.steps import available_tasks\n"
+              "gpu_kernels.implementations(8, 'cpu', __import__('torch').float32)\nprint(','.join(available_tasks()))")
+    out = subprocess.run(["python3", "-c", script], env={**env, "PYTHONPATH": f"{REPO}:{deps}"}, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    from rmsnorm_repro.bench.steps import available_tasks
+
+    assert out.stdout.split() == [",".join(available_tasks())]
+    suite = {line for line in blocked.read_text().splitlines() if "imported by rmsnorm_repro" in line} if blocked.exists() else set()
+    assert suite <= {"liger_kernel (imported by rmsnorm_repro.bench.gpu_kernels)",
+                     "apex (imported by rmsnorm_repro.bench.gpu_kernels)"}, suite
+
+
+def test_gpu_honours_tasks_and_norms(tmp_path, monkeypatch):
+    from rmsnorm_repro.bench import __main__ as bench, gpu_check
+
+    got = {}
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(gpu_check, "run_all", lambda device, out, tiny, tasks, norms, command, *limits:
+                        got.update(tasks=tasks, norms=norms, command=command) or 0)
+    assert bench.main(["--gpu", "--tiny", "--tasks", "transformer,rnnsearch", "--norms", "rmsnorm,layernorm",
+                       "--out", str(tmp_path)]) == 0
+    assert got["tasks"] == ["transformer", "rnnsearch"] and got["norms"] == ["layernorm", "rmsnorm"]
+    assert got["command"] == f"python -m rmsnorm_repro.bench --gpu --tiny --tasks transformer,rnnsearch --norms " \
+                             f"rmsnorm,layernorm --out {tmp_path}"

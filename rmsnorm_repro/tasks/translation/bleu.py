@@ -1,13 +1,16 @@
 """Corpus BLEU exactly as the paper reports it: sacreBLEU, detokenized, case-sensitive, 13a."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from sacrebleu.metrics import BLEU
+if TYPE_CHECKING:
+    from sacrebleu.metrics import BLEU
 
 
 def bleu_metric() -> BLEU:
     """The suite's BLEU: detokenized, case-sensitive, 13a, exponential smoothing (sacreBLEU's defaults)."""
+    from sacrebleu.metrics import BLEU  # here, not at import: a training step (the GPU check) needs no BLEU
+
     return BLEU(lowercase=False, tokenize="13a", smooth_method="exp")
 
 
