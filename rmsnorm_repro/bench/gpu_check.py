@@ -57,7 +57,7 @@ class Record:
         self.label = device_label(device)
         slug = "".join(c if c.isalnum() else "-" for c in self.label.lower()).strip("-")[:40]
         self.md, self.device, self.tiny, self.command = out / f"gpu-{slug}.md", device, tiny, command
-        self.smoke_path, self.log_path = out / f"gpu-{slug}-smoke.json", out / f"gpu-{slug}.log"
+        self.smoke_path, self.log_path = out / f"smoke-gpu-{slug}.json", out / f"gpu-{slug}.log"
         self.smoke: dict = {"passed": None, "checks": [], "failed": []}
         self.kernels: list[dict] = []
         self.steps: list[dict] = []

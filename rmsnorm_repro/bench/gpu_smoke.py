@@ -1,6 +1,6 @@
 """The GPU check's smoke stage (bench/gpu_check.py): under a minute on an H100, before any timing.
 
-In order, each written to gpu-<device>-smoke.json (atomically) as soon as it is done: the versions and the
+In order, each written to smoke-gpu-<device>.json (atomically) as soon as it is done: the versions and the
 device; every Triton kernel variant the suite can launch against float64 on the device (RMSNorm and pRMSNorm
 in fp32, bf16, fp16 and autocast's mixes; the GRU transition and the LSTM step: bench/gpu.py); which kernel
 each recipe's RMSNorm and pRMSNorm picks, and one training step of every task on the device at scale=mini

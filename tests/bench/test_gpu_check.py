@@ -100,7 +100,7 @@ def test_make_gpu_check_runs_the_whole_path_on_the_image_python_with_the_wheels(
                      "apex (imported by rmsnorm_repro.bench.gpu_kernels)"}, suite
     (path,) = out_dir.glob("gpu-*.md")
     text, data = path.read_text(), json.loads(path.with_suffix(".json").read_text())
-    smoke = json.loads(next(out_dir.glob("gpu-*-smoke.json")).read_text())
+    smoke = json.loads(next(out_dir.glob("smoke-gpu-*.json")).read_text())
     assert smoke["passed"] and data["smoke"]["passed"] and data["state"] == "finished", data["errors"]
     assert not any(data["errors"].values()) and data["tiny"]
     from rmsnorm_repro.bench.steps import available_tasks
@@ -122,6 +122,10 @@ def test_make_gpu_check_runs_the_whole_path_on_the_image_python_with_the_wheels(
     for section in ("## 0. Smoke stage", "## 1. Exactness", "## 2. Kernel table", "## 3. Per training step", "Verdicts",
                    "--tiny: tiny shapes", "Data the steps ran on", "vocabulary"):
         assert section in text
+    from rmsnorm_repro.plan import gpu_step_ms
+
+    (device,) = gpu_step_ms(out_dir)  # what `make plan` reads its GPU-hours from: the smoke record is not one
+    assert len(gpu_step_ms(out_dir)[device]) == len(data["steps"])
     log = next(out_dir.glob("gpu-*.log")).read_text()
     assert "smoke: one training step of transformer" in log and "wrote" in log
     assert str(tmp_path) not in text and str(REPO) not in text
@@ -139,7 +143,7 @@ def test_a_check_killed_two_thirds_of_the_way_in_keeps_the_parts_done(tmp_path):
     try:
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline and proc.poll() is None:
-            done = [json.loads(p.read_text()).get("steps") for p in tmp_path.glob("gpu-*[!e].json")]
+            done = [json.loads(p.read_text()).get("steps") for p in tmp_path.glob("gpu-*.json")]
             if done and done[0] and {r["task"] for r in done[0]} == {"transformer"} and len(done[0]) >= 4:
                 break
             time.sleep(0.2)
@@ -151,7 +155,7 @@ def test_a_check_killed_two_thirds_of_the_way_in_keeps_the_parts_done(tmp_path):
             proc.kill()
     (path,) = tmp_path.glob("gpu-*.md")
     data = json.loads(path.with_suffix(".json").read_text())
-    smoke = json.loads(next(tmp_path.glob("gpu-*-smoke.json")).read_text())
+    smoke = json.loads(next(tmp_path.glob("smoke-gpu-*.json")).read_text())
     assert smoke["passed"] and data["state"] == "running" and data["exact"] and data["kernels"]
     assert {(r["task"], r["precision"]) for r in data["steps"]} == {("transformer", "fp32"), ("transformer", "bf16")}
     text = path.read_text()
