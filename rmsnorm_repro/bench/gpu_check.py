@@ -61,7 +61,7 @@ class Record:
         self.smoke: dict = {"passed": None, "checks": [], "failed": []}
         self.kernels: list[dict] = []
         self.steps: list[dict] = []
-        self.errors: dict[str, dict[str, str]] = {"kernels": {}, "steps": {}}  # part -> block -> why
+        self.errors: dict[str, dict[str, str]] = {"kernels": {}, "steps": {}, "check": {}}  # part -> block -> why
         self.state = "running"
         self._lock = threading.Lock()
 
@@ -178,7 +178,7 @@ def run_all(device: str, out: Path, tiny: bool, tasks: list[str], norms: list[st
             full_check(record, log, device, tasks, norms, TINY_KERNELS if tiny else PAPER_KERNELS,
                        TINY_STEPS if tiny else PAPER_STEPS, deadline_s)
         except Exception:  # noqa: BLE001 (outside any block: named in the report, what was done kept)
-            record.errors["steps"]["the check itself"] = log.exception("gpu check")
+            record.errors["check"]["outside any block"] = log.exception("gpu check")
     failed = record.failures()
     skipped = [f"{part} {block}" for part, blocks in record.errors.items() for block, why in blocks.items()
                if why.startswith("skipped")]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -112,12 +113,15 @@ def task_blocks(task: str, device: str, norms, precisions_: tuple[str, ...], ste
                     start = time.perf_counter()
                     runs[norm] = StepRun(task, norm, batch_fraction, device, "fp32", overrides)
                     budget.build_s[task] = time.perf_counter() - start
-            done(precision, precision_block(runs, precision, device, steps, budget, task), None)
+            rows = precision_block(runs, precision, device, steps, budget, task)
         except Exception as e:  # noqa: BLE001 (named in the table; the next block runs)
-            log(f"  gpu step table: {task} {precision} failed: {type(e).__name__}: {e}")
+            log(f"  gpu step table: {task} {precision} failed: {traceback.format_exc().rstrip()}")
             done(precision, [], f"{type(e).__name__}: {e}".splitlines()[0][:300])
+            runs.clear()  # the next precision builds the models anew (an out-of-memory may not recur in bf16)
             if device == "cuda":
                 torch.cuda.empty_cache()
+            continue
+        done(precision, rows, None)
         log(f"  gpu step table: {task} {precision} done")
     runs.clear()
     if device == "cuda":

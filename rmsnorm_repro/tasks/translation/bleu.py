@@ -1,16 +1,13 @@
 """Corpus BLEU exactly as the paper reports it: sacreBLEU, detokenized, case-sensitive, 13a."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-if TYPE_CHECKING:
-    from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU
 
 
 def bleu_metric() -> BLEU:
     """The suite's BLEU: detokenized, case-sensitive, 13a, exponential smoothing (sacreBLEU's defaults)."""
-    from sacrebleu.metrics import BLEU  # here, not at import: a training step (the GPU check) needs no BLEU
-
     return BLEU(lowercase=False, tokenize="13a", smooth_method="exp")
 
 
