@@ -114,32 +114,24 @@ speed: install
 
 # The one-shot GPU check (docs/performance.md, "The GPU check"): at most 7 minutes on one H100, in one call on
 # the lent GPU machine, whose image has torch, Triton, numpy and PyYAML but no hydra-core, omegaconf or antlr4,
-# no network and no venv. So this target does not depend on `install`: with a .venv it runs that venv's python,
-# else python3; where that python lacks hydra/omegaconf it unpacks the wheels `make gpu-wheels` built here
-# (GPU_WHEELS, carried with the tree) into GPU_DEPS (pure-python wheels: python's zipfile, no pip, no network)
-# and puts them on PYTHONPATH beside the checkout. A smoke stage first (under a minute), then the kernel and
-# per-step tables -> $(GPU_OUT)/gpu-<device>.md|json|log, written after every block (GPU_OUT=$$OUT on the lent
-# machine). GPU_ARGS: e.g. "--tasks transformer,rnnsearch" for a rerun of part of it.
+# no network and no venv. So this target does not depend on `install` (scripts/gpu_check.sh, also for a machine
+# without make): with a .venv it runs that venv's python, else python3; where that python lacks hydra/omegaconf
+# it unpacks the wheels `make gpu-wheels` built here (GPU_WHEELS, carried with the tree) into GPU_DEPS
+# (pure-python wheels: python's zipfile, no pip, no network) and puts them on PYTHONPATH beside the checkout.
+# A smoke stage first (about a minute), then the kernel and per-step tables -> $(GPU_OUT)/gpu-<device>.md|json|log,
+# written after every block (GPU_OUT=$$OUT on the lent machine). GPU_ARGS: e.g. "--tasks transformer,rnnsearch"
+# for a rerun of part of it.
 GPU_OUT ?= results/speed
 GPU_WHEELS ?= wheels
 GPU_DEPS ?= .gpu-deps
 GPU_ARGS ?=
 gpu-check speed-gpu:
-	@py=$$( [ -x $(PY) ] && echo $(PY) || echo python3 ); deps=; \
-	if ! $$py -c "import hydra, omegaconf, antlr4" 2>/dev/null; then \
-		ls $(GPU_WHEELS)/*.whl >/dev/null 2>&1 || { echo "error: $$py lacks hydra-core/omegaconf/antlr4 and \
-$(GPU_WHEELS)/ has no wheels: run make gpu-wheels where there is network, and carry $(GPU_WHEELS)/" >&2; exit 2; }; \
-		rm -rf $(GPU_DEPS) && mkdir -p $(GPU_DEPS) && \
-		for w in $(GPU_WHEELS)/*.whl; do case $$w in */packaging-*) $$py -c "import packaging" 2>/dev/null && continue;; esac; \
-			$$py -m zipfile -e $$w $(GPU_DEPS)/ || exit 2; done; \
-		deps=:$(abspath $(GPU_DEPS)); \
-	fi; \
-	echo "gpu-check: $$py ($$($$py --version 2>&1))$${deps:+, wheels from $(GPU_WHEELS)/}"; \
-	PYTHONPATH=$(CURDIR)$$deps $$py -m rmsnorm_repro.bench --gpu --out $(GPU_OUT) $(GPU_ARGS)
+	@PY=$(PY) GPU_OUT=$(GPU_OUT) GPU_WHEELS=$(GPU_WHEELS) GPU_DEPS=$(GPU_DEPS) GPU_ARGS="$(GPU_ARGS)" sh scripts/gpu_check.sh
 
 # The wheels gpu-check needs on the lent machine, at the versions this .venv pins (needs network here):
 # hydra-core, omegaconf, antlr4-python3-runtime 4.9.3 (no wheel on the index: pip builds it from its sdist)
-# and packaging (hydra imports it; unpacked there only where the image lacks it); all pure python. Into GPU_WHEELS (git-ignored), about 0.5 MiB.
+# and packaging (hydra imports it; unpacked there only where the image lacks it); all pure python. Into
+# GPU_WHEELS (git-ignored), about 0.5 MiB.
 GPU_WHEEL_PACKAGES := hydra-core omegaconf antlr4-python3-runtime packaging
 gpu-wheels: install
 	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)

@@ -51,6 +51,17 @@ def _bad_arguments(args) -> str | None:
     return None
 
 
+def _without_out(argv: list[str]) -> list[str]:
+    """The arguments as a report states them: --out's folder (a path of this machine) as <out>."""
+    said = list(argv)
+    for i, arg in enumerate(said):
+        if arg.startswith("--out="):
+            said[i] = "--out=<out>"
+        elif arg == "--out" and i + 1 < len(said):
+            said[i + 1] = "<out>"
+    return said
+
+
 def _unwritable(out: Path) -> str | None:
     """Why the tables could not be written to `out`, asked before minutes of timing, else None."""
     try:
@@ -108,7 +119,7 @@ def main(argv: list[str] | None = None) -> int | None:
 
         return gpu_check.main(args.out, tiny=args.tiny, tasks=[t for t in args.tasks.split(",") if t] or None,
                               norms=[n for n in args.norms.split(",") if n] or None,
-                              command="python -m rmsnorm_repro.bench " + " ".join(argv))
+                              command="python -m rmsnorm_repro.bench " + " ".join(_without_out(argv)))
     if args.profile:
         from . import profile
 

@@ -28,7 +28,7 @@ import torch
 from ..atomic import atomic_write_text
 from ..norms.fused import triton_rmsnorm
 from . import gpu, gpu_kernels, gpu_smoke, gpu_steps
-from .gpu_record import Log, Watchdog, process_age_s
+from .gpu_record import Log, Watchdog, portable, process_age_s
 
 DEADLINE_S = 420  # of the process's age: no block starts that would end later
 GRACE_S = 45  # past the deadline the watchdog writes what is done and ends the process
@@ -80,8 +80,9 @@ class Record:
             data = {"device": self.label, "tiny": self.tiny, "state": self.state, "seconds": round(process_age_s(), 1),
                     "smoke": {k: v for k, v in self.smoke.items() if k != "checks"}, "exact": exact, "checks": checks,
                     "kernels": self.kernels, "steps": self.steps, "errors": self.errors}
-            atomic_write_text(self.md.with_suffix(".json"), json.dumps(data, indent=1, default=str) + "\n")
-            atomic_write_text(self.md, self.markdown(exact, checks))
+            out = self.md.parent
+            atomic_write_text(self.md.with_suffix(".json"), portable(json.dumps(data, indent=1, default=str) + "\n", out))
+            atomic_write_text(self.md, portable(self.markdown(exact, checks), out))
 
     def markdown(self, exact: list[dict], checks: list[dict]) -> str:
         header = [f"# GPU check: {self.label}", "",
@@ -158,7 +159,7 @@ def run_all(device: str, out: Path, tiny: bool, tasks: list[str], norms: list[st
     """The smoke stage, then (if it passed) the full check; returns the exit code."""
     record = Record(out, device, tiny, command)
     log = Log(record.log_path)
-    log(f"gpu check on {record.label}: {record.md}, deadline {deadline_s:.0f} s from the process's start")
+    log(f"gpu check on {record.label}: {record.md.name}, deadline {deadline_s:.0f} s from the process's start")
     record.save()
     record.smoke = gpu_smoke.run(device, tasks, record.smoke_path, log, smoke_limit_s,
                                  TINY_STEPS["batch_fraction"] if tiny else 1.0)
@@ -185,7 +186,7 @@ def run_all(device: str, out: Path, tiny: bool, tasks: list[str], norms: list[st
     record.state = ("finished" + (f"; {len(failed)} failed" if failed else "")
                     + (f"; skipped for time: {', '.join(skipped)}" if skipped else ""))
     record.save()
-    log(f"wrote {record.md} and .json ({record.state})")
+    log(f"wrote {record.md.name} and .json ({record.state})")
     for line in failed:
         log(f"FAILED: {line}")
     log.close()

@@ -11,6 +11,21 @@ from pathlib import Path
 from typing import Callable
 
 _IMPORTED = time.perf_counter()
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def portable(text: str, out: Path | None = None) -> str:
+    """text without this machine's paths (no file the suite writes names them): the output folder, the
+    checkout, the python's prefix and the home folder become <out>, <checkout>, <python> and ~."""
+    roots = {str(Path(sys.prefix).resolve()): "<python>", str(Path(sys.base_prefix).resolve()): "<python>",
+             sys.prefix: "<python>", sys.base_prefix: "<python>", str(_CHECKOUT): "<checkout>",
+             str(Path.home()): "~"}
+    if out is not None:
+        roots[str(out.resolve())] = roots[str(out)] = "<out>"
+    for root in sorted(roots, key=len, reverse=True):
+        if len(root) > 1:
+            text = text.replace(root, roots[root])
+    return text
 
 
 def process_age_s() -> float:
@@ -28,13 +43,13 @@ class Log:
     """Lines to stdout and, flushed at once, to a log file (appended: a rerun's lines follow the first's)."""
 
     def __init__(self, path: Path):
-        self.path = path
+        self.path, self.out = path, path.parent
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8", buffering=1)
         self._lock = threading.Lock()
 
     def __call__(self, message: str) -> None:
-        line = f"[{process_age_s():6.1f} s] {message}"
+        line = portable(f"[{process_age_s():6.1f} s] {message}", self.out)
         with self._lock:
             print(line, flush=True)
             self._file.write(line + "\n")
@@ -43,7 +58,7 @@ class Log:
         """Logs the exception being handled with its traceback; returns its one line for a table."""
         kind, err, _ = sys.exc_info()
         self(f"{what}: {traceback.format_exc().rstrip()}")
-        return f"{kind.__name__}: {err}".splitlines()[0][:300]
+        return portable(f"{kind.__name__}: {err}", self.out).splitlines()[0][:300]
 
     def close(self) -> None:
         self._file.close()

@@ -21,7 +21,7 @@ import torch
 from ..atomic import atomic_write_text
 from ..norms.fused import triton_rmsnorm
 from . import gpu
-from .gpu_record import Log, Watchdog, process_age_s
+from .gpu_record import Log, Watchdog, portable, process_age_s
 
 # of the process's age: the stage's aim is a minute on an H100, about half of it Triton building each kernel
 # variant with a cold cache (never measured there yet): the watchdog leaves it room rather than lose the call
@@ -85,7 +85,7 @@ def run(device: str, tasks: list[str], path: Path, log: Log, limit_s: float = LI
     state = {"passed": None, "checks": [], "failed": [], "limit_s": limit_s, "running": None}
 
     def write() -> None:
-        atomic_write_text(path, json.dumps(state, indent=1, default=str) + "\n")
+        atomic_write_text(path, portable(json.dumps(state, indent=1, default=str) + "\n", path.parent))
 
     def overran(running: str) -> None:
         state.update(passed=False, running=running, failed=state["failed"] + [f"{running}: overran the smoke stage's "
