@@ -53,6 +53,14 @@ def impl_of(run: StepRun, loss: torch.Tensor) -> str:
     return ", ".join(kernels_in(run.model) + sorted(cells)) or "-"
 
 
+def tf32_on(device: str) -> bool:
+    """Whether fp32 matrix products run in TF32 now (False where torch cannot say)."""
+    try:
+        return precisions.tf32_in_effect(torch.device(device))
+    except Exception:  # noqa: BLE001 (an older or newer torch's TF32 API)
+        return False
+
+
 def data_of(run: StepRun) -> str:
     """The data the steps ran on: data=<name> and the vocabulary where the task has one."""
     said = f"data={run.cfg.data.name}"
@@ -155,7 +163,7 @@ def precision_block(runs: dict[str, StepRun], precision: str, device: str, steps
         run = runs[norm]
         count, device_us = kernels(lambda: one_step(run, FIRST_BATCH), device)
         ln = med.get("layernorm")
-        rows.append({"precision": f"{precision} (TF32)" if precision == "fp32" and device == "cuda" else precision,
+        rows.append({"precision": f"{precision} (TF32)" if precision == "fp32" and tf32_on(device) else precision,
                      "task": task, "norm": norm, "step_ms": med[norm], "steps": len(times[norm]), "times_ms": times[norm],
                      "vs_layernorm": med[norm] / ln if ln else None,
                      "paper_vs_layernorm": {label: ratios.get(norm) for label, ratios in paper.items()},

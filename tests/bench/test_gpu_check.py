@@ -266,7 +266,7 @@ def test_no_kernel_block_starts_past_the_deadline(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_kernels, "kernel_block", lambda *a: pytest.fail("a block started past the deadline"))
     gpu_check.full_check(record, Log(tmp_path / "log"), "cpu", [], ["rmsnorm"],
                          dict(shapes=((1, 8),), dtypes=(torch.float32,), rounds=1, block_s=0.001),
-                         dict(steps=2, batch_fraction=1.0, overrides=[]), deadline_s=5)
+                         dict(steps=2, batch_fraction=1.0, overrides=[]), deadline_s=gpu_check.STEPS_RESERVED_S + 5)
     assert record.errors["kernels"]["float32 1x8"].startswith("skipped: its estimate 12 s exceeds")
 
 
