@@ -82,31 +82,33 @@ class Record:
                     "smoke": {k: v for k, v in self.smoke.items() if k != "checks"}, "exact": exact, "checks": checks,
                     "kernels": self.kernels, "steps": self.steps, "errors": self.errors}
             out = self.md.parent
-            atomic_write_text(self.md.with_suffix(".json"), portable(json.dumps(data, indent=1, default=str) + "\n", out))
+            text = json.dumps(data, indent=1, default=str) + "\n"
+            atomic_write_text(self.md.with_suffix(".json"), portable(text, out))
             atomic_write_text(self.md, portable(self.markdown(exact, checks), out))
 
     def markdown(self, exact: list[dict], checks: list[dict]) -> str:
+        exact_ok = bool(exact) and all(r["ok"] for r in exact + checks)
         header = [f"# GPU check: {self.label}", "",
                   f"`{self.command}`: torch {torch.__version__}, triton "
                   f"{getattr(triton_rmsnorm.triton, '__version__', 'not installed')}, "
                   f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {process_age_s():.0f} s; {self.state}.", "",
                   "- per call: wall clock with the device synchronized around blocks of calls; each block right after "
-                  "a block of torch layer_norm (ratios: medians of those pairs); fwd+bwd: y.backward(dy), fresh outputs, "
-                  "every gradient (the modules' parameters' too) cleared after each call",
-                  "- torch layer_norm has weight and bias; the RMSNorms have a gain only; eps 1e-6 (the suite's modules: "
-                  "1e-8)",
-                  "- host us: the calling thread's CPU time per call; device us and kernels: the profiler's CUDA kernels "
-                  "per call (on CPU: aten ops, no device time)",
+                  "a block of torch layer_norm (ratios: medians of those pairs); fwd+bwd: y.backward(dy), fresh "
+                  "outputs, every gradient (the modules' parameters' too) cleared after each call",
+                  "- torch layer_norm has weight and bias; the RMSNorms have a gain only; eps 1e-6 (the suite's "
+                  "modules: 1e-8)",
+                  "- host us: the calling thread's CPU time per call; device us and kernels: the profiler's CUDA "
+                  "kernels per call (on CPU: aten ops, no device time)",
                   f"- per step: the paper's model sizes and batches on the data named under the table (generated data: "
                   f"not the paper's corpora or vocabularies); each task's models built once per norm and kept for "
                   f"both precisions; the norms take turns step by step in balanced order on the same batches, an "
                   f"untimed pass over those batches first; fp32 with TF32 (train.tf32=true; the paper's fp32 had "
                   f"none); GPU busy: the kernel time of one profiled step / the median unprofiled step",
-                  f"- exactness: {'every case passed' if exact and all(r['ok'] for r in exact + checks) else 'SEE PART 1'}",
+                  f"- exactness: {'every case passed' if exact_ok else 'SOME CASES FAILED (see 1.)'}",
                   f"- log of this call: {self.log_path.name}"]
         if self.tiny:
-            header.append("- --tiny: tiny shapes, mini models, two timed steps: a test of the check itself, whose times "
-                          "and verdicts say nothing about speed")
+            header.append("- --tiny: tiny shapes, mini models, two timed steps: a test of the check itself, whose "
+                          "times and verdicts say nothing about speed")
         body = ["", "## 0. Smoke stage", ""] + gpu_smoke.markdown(self.smoke)
         body += ["", "## 1. Exactness on the device (against float64)", ""] + gpu.markdown(exact, checks)
         body += ["", "## 2. Kernel table", ""] + gpu_kernels.markdown(self.kernels, self.errors["kernels"])

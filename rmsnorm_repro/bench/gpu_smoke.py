@@ -33,8 +33,9 @@ def versions(device: str) -> dict:
     said = {"python": platform.python_version(), "torch": torch.__version__,
             "triton": getattr(triton_rmsnorm.triton, "__version__", "not installed"), "device": device}
     if device == "cuda":
-        said.update(gpu=torch.cuda.get_device_name(0), capability=".".join(map(str, torch.cuda.get_device_capability(0))),
-                    cuda=torch.version.cuda, memory_gib=round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1))
+        props = torch.cuda.get_device_properties(0)
+        said.update(gpu=props.name, capability=f"{props.major}.{props.minor}", cuda=torch.version.cuda,
+                    memory_gib=round(props.total_memory / 2**30, 1))
     return {"check": "versions and device", "ok": True, "value": ", ".join(f"{k} {v}" for k, v in said.items()),
             "versions": said}
 
@@ -50,7 +51,8 @@ def modules(device: str) -> dict:
     rows = gpu.module_checks(device)
     bad = [r["check"] for r in rows if not r["ok"]]
     return {"check": "RMSNorm's kernel choice, Triton GRU transition and LSTM step against float64", "ok": not bad,
-            "value": f"{len(rows) - len(bad)} of {len(rows)} checks passed" + (f"; failed: {'; '.join(bad)}" if bad else ""),
+            "value": f"{len(rows) - len(bad)} of {len(rows)} checks passed"
+                     + (f"; failed: {'; '.join(bad)}" if bad else ""),
             "rows": rows}
 
 
@@ -68,7 +70,8 @@ def task_step(task: str, device: str, batch_fraction: float) -> dict:
         del run
     ok = all(math.isfinite(v) for v in losses.values())
     return {"check": f"one training step of {task} on {device} (scale=mini)", "ok": ok,
-            "value": "; ".join(f"{n}: loss {losses[n]:.3g}, kernels {picked[n]}" for n in SMOKE_NORMS), "kernels": picked}
+            "value": "; ".join(f"{n}: loss {losses[n]:.3g}, kernels {picked[n]}" for n in SMOKE_NORMS),
+            "kernels": picked}
 
 
 def checks(device: str, tasks: list[str], batch_fraction: float) -> list[tuple[str, Callable[[], dict]]]:

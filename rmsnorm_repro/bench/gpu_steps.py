@@ -28,7 +28,7 @@ from .gpu_kernels import kernels
 from .steps import StepRun, balanced_order, paper_ratios
 
 STEP_NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
-STEP_PRECISIONS = ("fp32", "bf16")  # train.precision (fp32 with train.tf32); under bf16 autocast every norm computes in fp32
+STEP_PRECISIONS = ("fp32", "bf16")  # train.precision (fp32 with train.tf32); under bf16 autocast norms compute in fp32
 FIRST_BATCH = 1  # batch 0: each model's first step (building its kernels), before any timing
 # the suite's fused recurrent cells, by their autograd node: a row's impl column names them where its loss went through
 FUSED_CELLS = {"_GRUCellFunctionBackward": "triton GRU cell", "_LSTMStepFunctionBackward": "triton LSTM step"}
@@ -164,7 +164,8 @@ def precision_block(runs: dict[str, StepRun], precision: str, device: str, steps
         count, device_us = kernels(lambda: one_step(run, FIRST_BATCH), device)
         ln = med.get("layernorm")
         rows.append({"precision": f"{precision} (TF32)" if precision == "fp32" and tf32_on(device) else precision,
-                     "task": task, "norm": norm, "step_ms": med[norm], "steps": len(times[norm]), "times_ms": times[norm],
+                     "task": task, "norm": norm, "step_ms": med[norm], "steps": len(times[norm]),
+                     "times_ms": times[norm],
                      "vs_layernorm": med[norm] / ln if ln else None,
                      "paper_vs_layernorm": {label: ratios.get(norm) for label, ratios in paper.items()},
                      "kernels": count, "busy": None if device_us is None else device_us / (med[norm] * 1e3),
@@ -181,10 +182,12 @@ def verdicts(step_rows: list[dict]) -> list[str]:
             continue
         paper = [v for v in r["paper_vs_layernorm"].values() if v is not None]
         ours = r["vs_layernorm"]
-        said = "; ".join(f"{v:.2f} ({k})" for k, v in r["paper_vs_layernorm"].items() if v is not None) or "no time in the paper"
+        said = "; ".join(f"{v:.2f} ({k})" for k, v in r["paper_vs_layernorm"].items() if v is not None) \
+            or "no time in the paper"
         holds = "faster than LayerNorm, as in the paper" if ours < 1 else "NOT faster than LayerNorm"
         if paper and min(paper) >= 1:
-            holds = "the paper found no speed-up here either" if ours >= 1 else "faster than LayerNorm (the paper was not)"
+            holds = ("the paper found no speed-up here either" if ours >= 1
+                     else "faster than LayerNorm (the paper was not)")
         target = "target <= 0.90: " + ("holds" if ours <= 0.90 else "does not hold") if r["norm"] == "rmsnorm" else ""
         lines.append(f"- {r['task']} {r['precision']}: {r['norm']} / layernorm {ours:.2f} (paper: {said}): {holds}"
                      + (f"; {target}" if target else ""))
@@ -193,8 +196,8 @@ def verdicts(step_rows: list[dict]) -> list[str]:
 
 def markdown(step_rows: list[dict], errors: dict[str, str]) -> list[str]:
     """The section's lines: the table (a failed or skipped block named in it), the data, the verdicts."""
-    out = ["| precision | task | norm | step ms (median) | vs LayerNorm | paper vs LayerNorm | kernels a step | GPU busy "
-           "| loss finite | batch | impl |", "|---|---|---|---:|---:|---|---:|---:|---|---|---|"]
+    out = ["| precision | task | norm | step ms (median) | vs LayerNorm | paper vs LayerNorm | kernels a step "
+           "| GPU busy | loss finite | batch | impl |", "|---|---|---|---:|---:|---|---:|---:|---|---|---|"]
     for r in step_rows:
         paper = "; ".join(f"{v:.2f} ({k})" for k, v in r["paper_vs_layernorm"].items() if v is not None) or "-"
         ratio = "-" if r["vs_layernorm"] is None else f"{r['vs_layernorm']:.2f}"
