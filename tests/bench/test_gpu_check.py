@@ -166,40 +166,6 @@ def test_a_check_killed_two_thirds_of_the_way_in_keeps_the_parts_done(tmp_path):
     assert "smoke: one training step of convpool" in next(tmp_path.glob("gpu-*.log")).read_text()
 
 
-def _run(script: str, tmp_path: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", script], cwd=REPO, env={**ENV, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def test_the_smoke_watchdog_writes_what_was_done_and_ends_the_process(tmp_path):
-    """A smoke check that hangs: past the limit the record names it, keeps the checks done, and the process
-    ends with exit code 3 while the check still runs."""
-    script = f"""
-import time
-from pathlib import Path
-from rmsnorm_repro.bench import gpu_smoke
-from rmsnorm_repro.bench.gpu_record import Log, process_age_s
-gpu_smoke.checks = lambda device, tasks, fraction: [
-    ("first", lambda: {{"check": "first", "ok": True, "value": "fine"}}),
-    ("hangs", lambda: time.sleep(600))]
-gpu_smoke.run("cpu", [], Path({str(tmp_path / 'smoke.json')!r}), Log(Path({str(tmp_path / 'log')!r})),
-              limit_s=process_age_s() + 2)
-"""
-    start = time.monotonic()
-    out = _run(script, tmp_path)
-    assert out.returncode == 3 and time.monotonic() - start < 120, out.stderr[-2000:]
-    smoke = json.loads((tmp_path / "smoke.json").read_text())
-    assert smoke["passed"] is False and smoke["running"] == "hangs"
-    assert [c["check"] for c in smoke["checks"]] == ["first"] and "hangs: overran" in smoke["failed"][0]
-    assert "still in 'hangs'" in (tmp_path / "log").read_text()
-
-
-def test_the_deadline_counts_from_the_process_start(tmp_path):
-    out = _run("import time; time.sleep(1.5)\nfrom rmsnorm_repro.bench.gpu_record import process_age_s\n"
-               "print(process_age_s())", tmp_path)
-    assert 1.5 <= float(out.stdout) < 60, out.stderr
-
-
 def _record(tmp_path, monkeypatch):
     from rmsnorm_repro.bench import gpu_check
 
