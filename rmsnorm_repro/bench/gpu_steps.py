@@ -70,18 +70,20 @@ def data_of(run: StepRun) -> str:
     return said
 
 
-def batch_shapes(batch: Any) -> list[tuple[int, ...]]:
-    """The shapes of a batch's tensors (a dict, tuple or list of them): what the header says the steps ran on."""
-    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else [batch]
-    return [tuple(t.shape) for t in items if isinstance(t, torch.Tensor)]
+def batch_shapes(batch: Any) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of a batch's tensors (a dict's by key; a tuple's or list's unnamed): what the steps ran on."""
+    items = (batch.items() if isinstance(batch, dict)
+             else [("", t) for t in batch] if isinstance(batch, (tuple, list)) else [("", batch)])
+    return [(str(name), tuple(t.shape)) for name, t in items if isinstance(t, torch.Tensor)]
 
 
-def shapes_range(shapes: list[list[tuple[int, ...]]]) -> str:
-    """'80x14-19, 80x15-21': each tensor's dims over the batches, min-max where they vary."""
+def shapes_range(shapes: list[list[tuple[str, tuple[int, ...]]]]) -> str:
+    """'src 80x14-19, tgt 80x15-21': each tensor's dims over the batches, min-max where they vary."""
     out = []
     for per_tensor in zip(*shapes):
-        dims = zip(*per_tensor)
-        out.append("x".join(f"{min(d)}" if min(d) == max(d) else f"{min(d)}-{max(d)}" for d in dims))
+        dims = zip(*(shape for _, shape in per_tensor))
+        out.append(f"{per_tensor[0][0]} ".lstrip() + "x".join(f"{min(d)}" if min(d) == max(d) else f"{min(d)}-{max(d)}"
+                                                      for d in dims))
     return ", ".join(out)
 
 

@@ -72,10 +72,10 @@ def test_a_task_x_precision_block_times_fairly(monkeypatch):
         assert by[norm]["kernels"] == 7 and by[norm]["loss_finite"]
     assert by["none"]["impl"] == by["layernorm"]["impl"] == "-"
     assert by["rmsnorm"]["impl"] == models["rmsnorm"].kernel_name and by["prmsnorm"]["impl"] == "reference"
-    assert by["rmsnorm"]["data"] == "data=synthetic, vocabulary 7" and by["rmsnorm"]["batch_shapes"] == "2x4-7"
+    assert by["rmsnorm"]["data"] == "data=synthetic, vocabulary 7" and by["rmsnorm"]["batch_shapes"] == "src 2x4-7"
     assert budget.step_s["transformer"] > 0
     lines = gpu_steps.markdown(rows, {})
-    assert "- transformer: data=synthetic, vocabulary 7; batches' tensors 2x4-7" in lines
+    assert "- transformer: data=synthetic, vocabulary 7; batches' tensors src 2x4-7" in lines
 
 
 def test_verdicts_say_the_target_and_the_paper():
