@@ -122,8 +122,8 @@ def _runs_clock(group: Group, ln: Group) -> tuple[str, tuple[float, float] | Non
     return shown + f" [{interval.lo:.1%}, {interval.hi:.1%}]", (interval.lo, interval.hi)
 
 
-def speed_claims(groups: list[Group], measured: dict[str, Measured] | None, tasks: tuple[str, ...],
-                 scale: str = "mini", device: str = "cpu") -> list[Claim]:
+def speed_claims(groups: list[Group], measured: dict[str, Measured] | None = None,
+                 tasks: tuple[str, ...] = tuple(PAPER_TABLE), scale: str = "mini", device: str = "cpu") -> list[Claim]:
     """Per task and norm (RMSNorm, and pRMSNorm where it ran) two claims, from the side-by-side timing only:
     "faster per step than LayerNorm" (the paired speed-up's 95% interval, paired.paired_speedup, above 0:
     holds; below: does not hold; across 0, or the old fixed-order design: cannot tell) and "faster by at
