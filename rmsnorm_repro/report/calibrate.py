@@ -27,7 +27,7 @@ from ..atomic import atomic_write_text
 from ..paths import configs_dir, repo_dir
 from . import paired
 from .claims import DIRECTION_SOURCES, DIRECTIONS, QUALITY, divergence_verdict
-from .rules import FAILS, HOLDS, UNSURE, p_trend, power, seeds_for_power, simulate
+from .rules import FAILS, HOLDS, UNSURE, equivalence_decision, power, seeds_for_power, simulate, trend
 
 DRAWS = 4000
 SPEED_DRAWS = 300  # the speed simulation times rounds one by one (slow): fewer draws, rates to about +-2%
@@ -171,12 +171,12 @@ def fig3_rule(tier: Tier, ratio: float, draws: int = DRAWS) -> dict[str, float]:
     sd = np.where(x == 0.0625, NOISE, NOISE * ratio)
     rng = np.random.default_rng(SEED)
 
-    def verdict(change: float) -> str:
-        y = rng.normal(0.0, sd) + change * (x - x.min()) / (x.max() - x.min())
-        return p_trend(list(x), list(y), 1.0)[0]
-    null = _rates([verdict(0.0) for _ in range(draws)])
-    edge = _rates([verdict(1.0) for _ in range(draws)])
-    return {"false": max(null[FAILS], edge[HOLDS]), "power": null[HOLDS]}
+    def verdicts(change: float) -> np.ndarray:  # rules.p_trend's decision, on `draws` rows at once
+        found, half, _ = trend(x, rng.normal(0.0, sd, (draws, len(x))) + change * (x - x.min()) / (x.max() - x.min()))
+        return equivalence_decision(found - half, found + half, 1.0)
+    null, edge = _rates(verdicts(0.0)), _rates(verdicts(1.0))
+    return {"false": max(null[FAILS], edge[HOLDS]), "power": null[HOLDS],
+            "note": f"{len(ps)} runs: {seeds} seed(s) at p=0.0625, {tier.fig3_seeds} at each other p"}
 
 
 def divergence_rule(n: int, draws: int = DRAWS) -> dict[str, float]:
@@ -185,10 +185,10 @@ def divergence_rule(n: int, draws: int = DRAWS) -> dict[str, float]:
     if n < 1:
         return {"false": 0.0, "power": 0.0, "note": "no Figure 4 runs: always cannot tell"}
     rng = np.random.default_rng(SEED)
+    table = {(a, b): divergence_verdict(a, b, n, n)[0] for a in range(n + 1) for b in range(n + 1)}
 
     def verdicts(p_x: float, p_b: float) -> list[str]:
-        return [divergence_verdict(int(a), int(b), n, n)[0]
-                for a, b in zip(rng.binomial(n, p_x, draws), rng.binomial(n, p_b, draws))]
+        return [table[int(a), int(b)] for a, b in zip(rng.binomial(n, p_x, draws), rng.binomial(n, p_b, draws))]
     null = _rates(verdicts(DIVERGE_NULL, DIVERGE_NULL))
     return {"false": max(null[HOLDS], null[FAILS]), "power": _rates(verdicts(*DIVERGE_EFFECT))[HOLDS]}
 
@@ -262,7 +262,7 @@ def calibrate(draws: int = DRAWS, speed_draws: int = SPEED_DRAWS) -> dict:
             rules.append((tier.name, claims, text, n, {r: seeds_rule(rule, n, r, comparisons, draws) for r in SPREADS}))
         if tier.fig3_ps:
             rules.append((tier.name, "Fig. 3: p has little effect", "trend over p: 90% interval of the fitted change "
-                          "inside +-margin, pRMSNorm's own residuals", len(tier.fig3_ps),
+                          "inside +-margin, pRMSNorm's own residuals", len(tier.fig3_ps) * tier.fig3_seeds,
                           {r: fig3_rule(tier, r, draws) for r in SPREADS}))
         if tier.fig4_seeds:
             rules.append((tier.name, "Fig. 4: LayerNorm unstable", "divergences: one-sided Fisher's exact test at 5%",

@@ -227,19 +227,27 @@ def power_note(rule: str, x: Stat, base: Stat, effect: float, margin: float, uni
 
 
 # Figure 3's rule: a trend over p ------------------------------------------------------------------------
+def trend(ps, values) -> tuple[np.ndarray, np.ndarray, int]:
+    """(fitted change over the range of ps, the half-width of its 90% t interval, residual degrees of freedom)
+    of least-squares lines through (ps, each row of values): the noise is the lines' own residuals."""
+    x, y = np.asarray(ps, dtype=np.float64), np.atleast_2d(np.asarray(values, dtype=np.float64))
+    dx, span, df = x - x.mean(), float(x.max() - x.min()), len(x) - 2
+    sxx = float(np.sum(dx ** 2))
+    slope = (y - y.mean(axis=1, keepdims=True)) @ dx / sxx
+    residuals = y - (y.mean(axis=1, keepdims=True) + slope[:, None] * dx)
+    if df < 1:
+        return slope * span, np.full(len(y), np.nan), df
+    half = stats.t.ppf(0.5 + EQUIVALENCE_LEVEL / 2, df) * np.sqrt(np.sum(residuals ** 2, axis=1) / df) * span / np.sqrt(sxx)
+    return slope * span, half, df
+
+
 def p_trend(ps: list[float], values: list[float], margin: float) -> tuple[str, float, tuple[float, float] | None, int]:
     """(verdict, fitted change over the range of ps, its 90% interval or None without a noise estimate,
-    degrees of freedom) of a least-squares line through pRMSNorm's own runs (p, value): the noise is its
-    residuals alone (other norms' seeds have other spreads: 70x apart at the small tier). Holds inside
-    (-margin, margin), does not hold entirely outside it (TOST at 5%, as `equivalence`)."""
-    x, y = np.asarray(ps, dtype=np.float64), np.asarray(values, dtype=np.float64)
-    slope, intercept = np.polyfit(x, y, 1)
-    ss, df = float(np.sum((y - (slope * x + intercept)) ** 2)), len(x) - 2
-    span = float(x.max() - x.min())
-    change = float(slope) * span
+    degrees of freedom) of a least-squares line through pRMSNorm's own runs (p, value) (`trend`): the noise
+    is its residuals alone (other norms' seeds have other spreads: 70x apart at the small tier). Holds
+    inside (-margin, margin), does not hold entirely outside it (TOST at 5%, as `equivalence`)."""
+    change, half, df = trend(ps, values)
     if df < 1:
-        return UNSURE, change, None, df
-    half = float(stats.t.ppf(0.5 + EQUIVALENCE_LEVEL / 2, df)) * math.sqrt(ss / df) * span / math.sqrt(
-        float(np.sum((x - x.mean()) ** 2)))
-    lo, hi = change - half, change + half
-    return str(equivalence_decision(lo, hi, margin)), change, (lo, hi), df
+        return UNSURE, float(change[0]), None, df
+    lo, hi = float(change[0] - half[0]), float(change[0] + half[0])
+    return str(equivalence_decision(lo, hi, margin)), float(change[0]), (lo, hi), df
