@@ -224,7 +224,8 @@ def tier_claims(tier: Tier) -> list[tuple[str, str, str, int, int]]:
         matched = [norm for norm in ours if (task, norm) not in DIRECTIONS]
         directed = [norm for norm in (*ours, "batchnorm", "weightnorm") if (task, norm) in DIRECTIONS and norm in norms]
         if matched:
-            rows.append((f"{task}: {', '.join(matched)} match LayerNorm", "match: Welch 90% inside +-margin", "match", n, 1))
+            rows.append((f"{task}: {', '.join(matched)} match LayerNorm", "match: Welch 90% inside +-margin", "match",
+                         n, 1))
         if directed:
             rows.append((f"{task}: {', '.join(directed)} below LayerNorm (Table 10)", "direction: Welch 95% on one "
                          "side of 0", "direction", n, 1))
@@ -332,12 +333,13 @@ def markdown(result: dict, draws: int = DRAWS, speed_draws: int = SPEED_DRAWS) -
     speed = result["speed"]
     false = " / ".join(f"{r['false']:.1%}" for r in speed.values())
     lines.append(f"| every tier | faster per step (and the size claim's interval) | speed: paired log ratios, rounds "
-                 f"as blocks, {SPEED_STEPS} steps a round | - | {false} | {speed[1]['power']:.1%} | {speed[1]['note']} |")
+                 f"as blocks, {SPEED_STEPS} steps a round | - | {false} | {speed[1]['power']:.1%} | "
+                 f"{speed[1]['note']} |")
     lines += ["", "The speed rule's rate is above its nominal 5% because the timing adds rounds until a 5% speed-up "
               "is decidable, a stop that depends on the spread measured so far (at most 24 rounds). Figure 4's "
               f"divergence rule: both norms diverging with probability {DIVERGE_NULL:g} (no effect), power at "
-              f"LayerNorm {DIVERGE_EFFECT[0]:g} against RMSNorm {DIVERGE_EFFECT[1]:g}. Not simulated, being no tests of "
-              "noise: Table 1 (computed exactly) and Table 3 (never decided).", "",
+              f"LayerNorm {DIVERGE_EFFECT[0]:g} against RMSNorm {DIVERGE_EFFECT[1]:g}. Not simulated, being no "
+              "tests of noise: Table 1 (computed exactly) and Table 3 (never decided).", "",
               "## Each claim's power at the spreads its runs showed", "",
               "The claim true (no difference for a match; the paper's difference for a direction), each side's seed "
               "spread as measured, the rule itself simulated (rules.power): the power at the seeds the tier runs and "

@@ -81,7 +81,8 @@ def tally(claims: list[Claim]) -> str:
 def incomplete(groups: list[Group]) -> list[str]:
     """Every run of these groups that did not finish its steps: diverged, failed, interrupted, or stopped
     by the wall-clock cap (Run.capped): the survivors alone would speak for a group that partly failed."""
-    return [f"{group.label} seed {run.seed} {'stopped by the wall-clock cap (train.max_minutes)' if run.capped else run.status}"
+    cap = "stopped by the wall-clock cap (train.max_minutes)"
+    return [f"{group.label} seed {run.seed} {cap if run.capped else run.status}"
             for group in groups for run in group.runs if run.status != TRAINED or run.capped]
 
 
@@ -193,8 +194,9 @@ def convergence_claim(groups: list[Group]) -> Claim:
         return Claim(claim, UNSURE, "needs completed rnnsearch runs of none and at least one norm, logging a common "
                                     "stretch of training loss")
     metric, window, (b, *others) = found
-    return all_directions(claim, [(g.label, s, "Baseline", b) for g, s in zip(normalized, others)], below=True,
-                          prefix=_window_text(metric, window, "step"))
+    found = all_directions(claim, [(g.label, s, "Baseline", b) for g, s in zip(normalized, others)], below=True,
+                           prefix=_window_text(metric, window, "step"))
+    return Claim(claim, *survivors_only(found.verdict, found.numbers, [base, *normalized]))
 
 
 def wallclock_claim(groups: list[Group]) -> Claim:
@@ -219,10 +221,10 @@ def wallclock_claim(groups: list[Group]) -> Claim:
                        for r in group.completed)
 
     verdict, text = direction(shrink(ln), shrink(base), below=True)
-    return Claim(claim, verdict, f"{_window_text(metric, steps_window, 'step')}: Baseline {_fmt(bs, 3)}, LayerNorm "
-                                 f"{_fmt(ls, 3)}; {_window_text(metric, seconds_window, 'wall_s')}: Baseline "
-                                 f"{_fmt(bw, 3)}, LayerNorm {_fmt(lw, 3)}; per-step minus per-second loss, LayerNorm "
-                                 f"against the Baseline: {text}")
+    numbers = (f"{_window_text(metric, steps_window, 'step')}: Baseline {_fmt(bs, 3)}, LayerNorm {_fmt(ls, 3)}; "
+               f"{_window_text(metric, seconds_window, 'wall_s')}: Baseline {_fmt(bw, 3)}, LayerNorm {_fmt(lw, 3)}; "
+               f"per-step minus per-second loss, LayerNorm against the Baseline: {text}")
+    return Claim(claim, *survivors_only(verdict, numbers, [base, ln]))
 
 
 def weightnorm_claim(groups: list[Group]) -> Claim:
@@ -237,8 +239,9 @@ def weightnorm_claim(groups: list[Group]) -> Claim:
         return Claim(claim, UNSURE, "needs completed rnnsearch runs of weightnorm and layernorm or rmsnorm, logging a "
                                     "common stretch of training loss")
     metric, window, (w, *rest) = found
-    return all_directions(claim, [("WeightNorm", w, g.label, s) for g, s in zip(others, rest)], below=False,
-                          prefix=_window_text(metric, window, "step"))
+    found = all_directions(claim, [("WeightNorm", w, g.label, s) for g, s in zip(others, rest)], below=False,
+                           prefix=_window_text(metric, window, "step"))
+    return Claim(claim, *survivors_only(found.verdict, found.numbers, [wn, *others]))
 
 
 def _match(task: str, norm: str, ln: Group | None, other: Group | None, names: tuple[str, ...], claim_of,

@@ -221,7 +221,8 @@ def power_note(rule: str, x: Stat, base: Stat, effect: float, margin: float, uni
     n = min(x.n, base.n)
     need = seeds_for_power(rule, x.std, base.std, effect, margin)
     at = "no difference" if rule != "direction" else f"a true difference of {effect:g}{unit}"
-    return (f"power at {n} seeds a side and these spreads ({at}): {power(rule, n, x.std, base.std, effect, margin):.0%}; "
+    now = power(rule, n, x.std, base.std, effect, margin)
+    return (f"power at {n} seeds a side and these spreads ({at}): {now:.0%}; "
             + (f"{need} seeds a side give {POWER_WANTED:.0%}" if need else f"more than {MOST_SEEDS} seeds a side "
                f"would be needed for {POWER_WANTED:.0%}"))
 
@@ -237,7 +238,8 @@ def trend(ps, values) -> tuple[np.ndarray, np.ndarray, int]:
     residuals = y - (y.mean(axis=1, keepdims=True) + slope[:, None] * dx)
     if df < 1:
         return slope * span, np.full(len(y), np.nan), df
-    half = stats.t.ppf(0.5 + EQUIVALENCE_LEVEL / 2, df) * np.sqrt(np.sum(residuals ** 2, axis=1) / df) * span / np.sqrt(sxx)
+    sd = np.sqrt(np.sum(residuals ** 2, axis=1) / df)
+    half = stats.t.ppf(0.5 + EQUIVALENCE_LEVEL / 2, df) * sd * span / np.sqrt(sxx)
     return slope * span, half, df
 
 

@@ -79,7 +79,8 @@ def predicted_speedup(task: str, scale: str, norm: str, device: str = "cpu") -> 
     stem = f"profile-{task}-{scale}-{device}"
     command = f"`python -m rmsnorm_repro.bench --profile task={task} scale={scale}`"
     if where is None or not (where / f"{stem}.json").exists():
-        return None, f"no prediction: LayerNorm's share of the step is not measured at scale={scale} on {device} ({command})"
+        return None, (f"no prediction: LayerNorm's share of the step is not measured at scale={scale} on {device} "
+                      f"({command})")
     rows = {r["norm"]: r for r in json.loads((where / f"{stem}.json").read_text(encoding="utf-8"))}
     ln, own = rows.get("layernorm"), rows.get(norm)
     if ln is None or not ln.get("profiled_step_ms"):
@@ -93,9 +94,9 @@ def predicted_speedup(task: str, scale: str, norm: str, device: str = "cpu") -> 
             return None, f"no prediction: {norm}'s time against LayerNorm's is not measured (bench --module)"
         ratio, source = module[0], f"bench --module's median over shapes on {module[1]}"
     value = share * (1 - ratio)
-    return value, (f"predicted from the suite's measurements: LayerNorm's share of its step {share:.1%} (bench --profile, "
-                   f"results/speed/{stem}, {machine}) x (1 - {NAMES.get(norm, norm)}'s time / LayerNorm's {ratio:.2f}, "
-                   f"{source}) = {value:.1%}")
+    return value, (f"predicted from the suite's measurements: LayerNorm's share of its step {share:.1%} (bench "
+                   f"--profile, results/speed/{stem}, {machine}) x (1 - {NAMES.get(norm, norm)}'s time / LayerNorm's "
+                   f"{ratio:.2f}, {source}) = {value:.1%}")
 
 
 def timing_machine(m: Measured) -> str:
@@ -115,8 +116,8 @@ def _runs_clock(group: Group, ln: Group) -> tuple[str, tuple[float, float] | Non
     gain, interval = speedup(group.time(), ln.time()), speedup_interval(group, ln)
     if gain is None:
         return "the runs' own clocks: no step times", None
-    shown = (f"the runs' own s / 1k steps: LayerNorm {fmt_stat(ln.time(), 1)}, {group.label} {fmt_stat(group.time(), 1)}, "
-             f"speed-up {gain:.1%}")
+    shown = (f"the runs' own s / 1k steps: LayerNorm {fmt_stat(ln.time(), 1)}, {group.label} "
+             f"{fmt_stat(group.time(), 1)}, speed-up {gain:.1%}")
     if interval is None:
         return shown, None
     return shown + f" [{interval.lo:.1%}, {interval.hi:.1%}]", (interval.lo, interval.hi)
@@ -183,8 +184,10 @@ def _pair_claims(task: str, name: str, group: Group, ln: Group, m: Measured | No
         target = SIZE_FRACTION * paper[0]
         sized = HOLDS if sp.lo >= target else FAILS if sp.hi < target else UNSURE
         claims.append(Claim(size, sized, f"measured {sp.gain:.1%} [{sp.lo:.1%}, {sp.hi:.1%}] vs {target:.1%} "
-                                         f"({SIZE_FRACTION:g} x the paper's {paper[0]:.1%} on {paper[2]}); {predicted}; "
-                                         f"timed on {timed_on}"))
+                                         f"({SIZE_FRACTION:g} x the paper's {paper[0]:.1%} on {paper[2]}); "
+                                         f"{predicted}; "
+                                         f"timed on {timed_on}, the runs trained on "
+                                         f"{' | '.join(trained_on) or 'a machine not recorded'}"))
     return claims
 
 
