@@ -73,8 +73,9 @@ def _module_ratio(norm: str, where: Path) -> tuple[float, str] | None:
 
 def predicted_speedup(task: str, scale: str, norm: str, device: str = "cpu") -> tuple[float | None, str]:
     """(predicted speed-up or None, how it was found): LayerNorm's share of its training step (bench
-    --profile of this task at this scale and device) x (1 - the norm's time / LayerNorm's: in the
-    profiled step when the profile ran the norm, else bench --module's median over shapes)."""
+    --profile of this task at this scale and device) x (1 - the norm module's time / LayerNorm's: bench
+    --module's median over shapes, in thread CPU time, which other jobs on the machine do not inflate; where
+    it did not time the norm, the norm ops' times in the profiled step)."""
     where = speed_dir()
     stem = f"profile-{task}-{scale}-{device}"
     command = f"`python -m rmsnorm_repro.bench --profile task={task} scale={scale}`"
@@ -86,13 +87,13 @@ def predicted_speedup(task: str, scale: str, norm: str, device: str = "cpu") -> 
     if ln is None or not ln.get("profiled_step_ms"):
         return None, f"no prediction: results/speed/{stem}.json has no LayerNorm row"
     share, machine = float(ln["share"]), _profile_machine(where / f"{stem}.md")
-    if own is not None and ln["norm_ms"] > 0 and own.get("norm_ms"):
+    module = _module_ratio(norm, where) if device == "cpu" else None
+    if module is not None:
+        ratio, source = module[0], f"bench --module's median over shapes, {module[1]}"
+    elif own is not None and ln["norm_ms"] > 0 and own.get("norm_ms"):
         ratio, source = own["norm_ms"] / ln["norm_ms"], "its norm ops' time in that profiled step"
     else:
-        module = _module_ratio(norm, where)
-        if module is None:
-            return None, f"no prediction: {norm}'s time against LayerNorm's is not measured (bench --module)"
-        ratio, source = module[0], f"bench --module's median over shapes on {module[1]}"
+        return None, f"no prediction: {norm}'s time against LayerNorm's is not measured (bench --module)"
     value = share * (1 - ratio)
     return value, (f"predicted from the suite's measurements: LayerNorm's share of its step {share:.1%} (bench "
                    f"--profile, results/speed/{stem}, {machine}) x (1 - {NAMES.get(norm, norm)}'s time / LayerNorm's "
