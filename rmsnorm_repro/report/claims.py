@@ -457,7 +457,8 @@ def init_centre_claim(groups: list[Group], margin: float = QUALITY["rnnsearch"][
     if interval is None:
         return Claim(claim, UNSURE, numbers + "; an interval needs 2+ seeds a side")
     text = (f"{numbers}; difference {b.mean - a.mean:+.2f}, 90% interval [{interval[0]:+.2f}, {interval[1]:+.2f}] "
-            f"vs -{margin:g}" + ("; a zero-width interval decides nothing" if interval[0] == interval[1] else ""))
+            f"vs -{margin:g}" + ("; a zero-width interval decides nothing" if interval[0] == interval[1] else "")
+            + f"; {power_note('non-inferiority', b, a, 0.0, margin)}")
     return Claim(claim, *survivors_only(verdict, text, [ln, rms]))
 
 
