@@ -208,3 +208,30 @@ def test_the_claims_table_ends_with_how_many_false_verdicts_chance_would_give(tm
                              claims.Claim("b", claims.UNSURE, "")], "here")
     assert lines[-1].startswith("2 claims judged by the noise rules (Table 1's computed rows aside): 1 hold, 0 do not "
                                 "hold, 1 cannot tell.") and "up to 0.2 of these verdicts could be false" in lines[-1]
+
+
+def test_demo_report_only_judges_speed_by_size_and_states_table3(tmp_path):
+    """`python -m rmsnorm_repro.campaigns.demo --report-only` on runs and a speed.json: the speed claims' size
+    lines, Table 3's, and the chance line reach the page."""
+    from rmsnorm_repro.campaigns import demo
+
+    out = tmp_path / "mini"
+    write_fake_runs(out / "runs" / "rnnsearch")
+    for norm in ("layernorm", "rmsnorm"):
+        for seed in (1, 2):
+            run = write_run(out / "runs" / "rnnsearch-table3", "rnnsearch", norm, seed, final={"test_bleu": 20.0},
+                            model={"hidden": 8, "codebase_run": True})
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            (run / "config.yaml").write_text(yaml.safe_dump({**config, "codebase": "theano"}))
+    (out / "speed.json").write_text(json.dumps({
+        "version": 2, "how": {"rnnsearch": " (one process, 1 thread(s), Test CPU 9000, 2026-12-07, scale=mini)"},
+        "steps_per_round": {"rnnsearch": 2},
+        "times_ms": {"rnnsearch": {"layernorm": [10.0, 10.1, 9.9, 10.0, 10.2, 9.8],
+                                   "rmsnorm": [9.0, 9.2, 8.9, 9.0, 9.1, 8.8]}}}))
+    assert demo.main(["--report-only", "--out", str(out)]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert "| rnnsearch: rmsnorm is faster per step than LayerNorm | **holds** |" in text
+    assert ("| rnnsearch: rmsnorm's speed-up is at least 50% of the paper's (24.7%, Table 2, TITAN X (Pascal)) | "
+            "**does not hold** | measured 10.0% [8.7%, 11.3%] vs 12.3%") in text
+    assert "Table 3: RMSNorm's speed-up is larger in the Theano column than in the PyTorch one | **cannot tell**" in text
+    assert "claims judged by the noise rules" in text
