@@ -242,7 +242,7 @@ def tier_claims(tier: Tier) -> list[tuple[str, str, str, int, int]]:
     if "weightnorm" in rnn[0]:
         rows.append(("Fig. 7: WeightNorm slower", "direction against 2 groups", "direction", rnn[1], 2))
     if "none" in rnn[0]:
-        rows.append(("Table 5: LayerNorm's and RMSNorm's |M| and S below the Baseline's", "direction against 4 "
+        rows.append(("Table 5: LayerNorm's and RMSNorm's absolute M and S below the Baseline's", "direction against 4 "
                      "comparisons", "direction", rnn[1], 4))
     if "none" in tier.tasks.get("transformer", ((), 0))[0]:
         rows.append(("Table 4: the Baseline fails to train (BLEU below 0.5 x LayerNorm's)", "direction: Welch 95% "
