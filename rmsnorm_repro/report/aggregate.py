@@ -92,6 +92,11 @@ class Run:
     def seed(self) -> int | None:
         return self.summary.get("seed", self.config.get("seed"))
 
+    @property
+    def capped(self) -> bool:
+        """Stopped by train.max_minutes (the wall-clock cap), not by its steps or early stopping."""
+        return self.summary.get("stopped_by") == "train.max_minutes"
+
     @cached_property
     def training(self) -> bool:
         """A process is training this run now (it holds the run's .lock)."""

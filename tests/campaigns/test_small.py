@@ -218,7 +218,8 @@ def test_small_report_with_test_sets_and_seeds(tmp_path):
     assert "| layernorm | 2 | 300 | 2.5 |" in text  # epochs: 300 steps / 120 batches an epoch
     # RMSNorm 34.5 +- 0.42 vs LayerNorm 34.3 +- 0.42 (n=2): 90% interval of +0.2 is [-1.04, +1.44]: undecided;
     # pRMSNorm 5 BLEU below with the same spread: outside the margin
-    assert "`test_2016_flickr_bleu`); difference +0.20, 90% interval [-1.04, +1.44] vs +-1 BLEU; about" in text
+    assert ("`test_2016_flickr_bleu`); difference +0.20, 90% interval [-1.04, +1.44] vs +-1 BLEU: across an end; power "
+            "at 2 seeds a side") in text
     assert "| transformer: pRMSNorm's test BLEU matches LayerNorm's (within 1 BLEU) | **does not hold** |" in text
     assert "No runs: the `rnnsearch` sweep produced none" in text
 
