@@ -135,6 +135,12 @@ def test_claims_subcommand_on_a_file_or_an_unwritable_out_is_one_line(tmp_path, 
     out, err = capsys.readouterr()
     assert out.startswith("| claim |") and err.count("\n") == 1
     assert err.startswith("rmsnorm-report claims: cannot write") and "--out" in err
+    speed = tmp_path / "speed.json"  # a NaN step read "faster: does not hold", exit 0 (audit f15a5c5)
+    speed.write_text('{"version": 2, "how": {"rnnsearch": ""}, "steps_per_round": {"rnnsearch": 1}, '
+                     '"times_ms": {"rnnsearch": {"layernorm": [10.0, 10.0], "rmsnorm": [NaN, 9.0]}}}')
+    assert report_main(["claims", str(root), "--speed", str(speed)]) == 2
+    err = capsys.readouterr().err
+    assert "rnnsearch: rmsnorm's step 1 is nan ms; want a time > 0" in err and "Traceback" not in err
 
 
 def test_table3s_codebase_runs_change_no_claim(tmp_path):
