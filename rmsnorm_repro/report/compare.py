@@ -366,7 +366,8 @@ def render(c: Comparison, md_dir: Path, figure: Path | None = None) -> str:
              f"{n_runs} completed run{'s' if n_runs != 1 else ''} in {len(c.groups)} group"
              f"{'s' if len(c.groups) != 1 else ''}, grouped by the config keys they differ in: {by}; seeds pooled.  ",
              "Cells: mean ± sample std over a group's runs (one run: its value); n: the group's completed runs "
-             "(listed under Runs); (n=k): the cell's mean is over k of the group's runs, the others have no value; **bold**: the best mean of a column. Metrics: summary.json `final` (unprefixed: "
+             "(listed under Runs); (n=k): the cell's mean is over k of the group's runs, the others have no value; "
+             "**bold**: the best mean of a column. Metrics: summary.json `final` (unprefixed: "
              "the test split; `valid_*`: the validation split at the selected step). ms/step: each run's median "
              "step time, [lo, hi] a 95% interval of the group's mean.", "",
              *groups_table(c)]

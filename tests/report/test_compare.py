@@ -168,7 +168,8 @@ def test_a_cell_from_fewer_runs_than_its_groups_n_says_how_many(tmp_path: Path):
     """compare counted runs without a value in n, the cell from the rest, no word (audit f15a5c5, case 7)."""
     for norm in ("layernorm", "rmsnorm"):
         for seed in (1, 2, 3):
-            write_run(tmp_path, "reader", norm, seed, final={} if (norm, seed) == ("rmsnorm", 3) else {"error": 0.2 + seed / 100})
+            final = {} if (norm, seed) == ("rmsnorm", 3) else {"error": 0.2 + seed / 100}
+            write_run(tmp_path, "reader", norm, seed, final=final)
     page = compare.render(compare.compare([str(tmp_path)]), tmp_path)
     table = rows(page.replace("**", ""), "group")
     assert table["norm=rmsnorm"][1] == "3" and table["norm=rmsnorm"][2] == f"{cell([0.21, 0.22], 4)} (n=2)"
