@@ -14,9 +14,9 @@ in the dictionary or with an id at or above the side's n_words limit is the unkn
 data_iterator.py:83-95, 136-195: 1; v0.4: 2), a limit above the dictionary's ids is bounded by them. Each
 format is read as its Nematus reads it (DictionaryFormat): eos is the suite's EOS, the unknown id its UNK
 (decoded as the dictionary's word there, as seq2words writes it), v0.4's <GO> its BOS, and word k the
-suite's k + 2 (v0.3) or k + 1 (v0.4), so PAD (0) is no word's id. Translations are turned back into text as wmt17's postprocess.sh:17-19 does:
-"@@ " removed, detruecased and Moses-detokenized (sacremoses, Moses' scripts in Python), then scored
-against the raw references with the suite's sacreBLEU."""
+suite's k + 2 (v0.3) or k + 1 (v0.4), so PAD (0) is no word's id. Translations are turned back into text
+as wmt17's postprocess.sh:17-19 does: "@@ " removed, detruecased and Moses-detokenized (sacremoses, Moses'
+scripts in Python), then scored against the raw references with the suite's sacreBLEU."""
 from __future__ import annotations
 
 import hashlib
