@@ -573,8 +573,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..atomic import atomic_write_text, cannot_write
     from ..record import printable
-    from .aggregate import TRAINING
-    from .compare import read
+    from .aggregate import TRAINING, read_runs
     from .figures import unique_runs
     from .paired import SpeedUnreadable, read_speed
 
@@ -592,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rmsnorm-report claims: {path} does not exist: give run directories or folders of runs", file=sys.stderr)
             return 2
     try:
-        found, left_out, damaged = read(args.runs)  # the runs, and those it leaves out (damaged, unfinished), named
+        found, left_out, damaged = read_runs(args.runs)  # the runs, and those left out (damaged, unfinished), named
     except ValueError as err:  # a file given as the folder
         print(f"rmsnorm-report claims: {err}", file=sys.stderr)
         return 2

@@ -33,6 +33,7 @@ from ..record import ABSENT, metric_goal, printable
 from . import figures as figs
 from .aggregate import NORM_ORDER, NOT_SWEPT, TRAINED, TRAINING, Group, Run, Stat, _flatten, load_runs
 from .claims import difference_verdict
+from .aggregate import read_runs
 
 # the metrics of a task's row: a `final` key is shown when it is one of these or ends in "_" + one
 HEADLINE = {
@@ -95,28 +96,6 @@ def expand(inputs: list[str]) -> list[Path]:
                 raise ValueError(f"{path} is not a folder: pass run folders, sweep folders or globs of them")
             folders.append(path)
     return folders
-
-
-def read(folders: list[Path]) -> tuple[list[Run], list[tuple[Path, str]], int]:
-    """The runs under the folders (each once), the folders of runs without a readable summary, and how
-    many of those are unreadable (damaged, or of a newer version) rather than unfinished."""
-    runs, skipped, seen, damaged = [], [], set(), 0
-    for folder in folders:
-        unreadable: list[tuple[Path, str]] = []
-        found = load_runs(folder, unreadable)
-        in_progress = [(run.path, TRAINING if run.training else
-                        "no summary.json and no process here holds its .lock: killed, or training on another machine")
-                       for run in found.in_progress]
-        for path, why in unreadable + in_progress:
-            if path.resolve() not in seen:
-                seen.add(path.resolve())
-                skipped.append((path, why))
-                damaged += (path, why) in unreadable
-        for run in found:
-            if run.path.resolve() not in seen:
-                seen.add(run.path.resolve())
-                runs.append(run)
-    return runs, skipped, damaged
 
 
 def _data(run: Run) -> str:
@@ -277,7 +256,7 @@ def baseline_of(comparison: Comparison, group: Compared) -> Compared | None:
 
 def compare(inputs: list[str], baseline: str | None = None) -> Comparison:
     """The comparison of the completed runs under `inputs`; ValueError (one line) for a set it refuses."""
-    runs, skipped, damaged = read(expand(inputs))
+    runs, skipped, damaged = read_runs(expand(inputs))
     if not runs:
         raise ValueError(f"no runs (summary.json files) under {', '.join(inputs)}")
     refuse_mixed(runs)
