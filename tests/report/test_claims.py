@@ -105,7 +105,8 @@ def test_claims_subcommand_names_every_run_it_leaves_out_and_never_tracebacks(tm
                                       run("rnnsearch-rmsnorm-p1.0-s2"), run("rnnsearch-layernorm-p1.0-s2"))
     (cut / "summary.json").write_text('{"task": "transformer", "status": ')
     (listed / "summary.json").write_text("[1, 2]")
-    (bad_byte / "metrics.jsonl").write_bytes(b'{"step": 5, "loss": "\xff"}\n' + (bad_byte / "metrics.jsonl").read_bytes())
+    metrics = (bad_byte / "metrics.jsonl").read_bytes()
+    (bad_byte / "metrics.jsonl").write_bytes(b'{"step": 5, "loss": "\xff"}\n' + metrics)
     fresh = root / "rnnsearch-rmsnorm-new"  # started, no summary yet
     fresh.mkdir()
     (fresh / "config.yaml").write_text((resumed / "config.yaml").read_text())

@@ -387,7 +387,7 @@ def test_a_nan_in_their_weights_or_the_features_is_refused_not_scored_as_perfect
     write_test_split(data)
     assert import_oe.main(["--model", str(path), "--data-root", str(data)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "import_oe: " + str(tmp_path / "order.npz") + ": ff_image_W holds 1 NaN or inf value: not a trained model's"
+    assert err == f"import_oe: {tmp_path / 'order.npz'}: ff_image_W holds 1 NaN or inf value: not a trained model's"
     assert not (data / import_oe.RESULT_FILE).exists()
     write_model(tmp_path)
     features = write_test_split(data)

@@ -185,7 +185,8 @@ def check_arrays(arrays: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...
             raise ConfigError(f"{where}: {key} has shape {arrays[key].shape} ({arrays[key].dtype}); want {shape}, floats")
         bad = int((~np.isfinite(arrays[key])).sum())
         if bad:  # a NaN would rank as a win in every comparison it enters
-            raise ConfigError(f"{where}: {key} holds {bad} NaN or inf value{'s' if bad > 1 else ''}: not a trained model's")
+            raise ConfigError(f"{where}: {key} holds {bad} NaN or inf value{'s' if bad > 1 else ''}: "
+                              "not a trained model's")
     extra = sorted(set(arrays) - set(shapes) - ignored)
     if extra:
         raise ConfigError(f"{where}: {', '.join(extra)} {'is' if len(extra) == 1 else 'are'} not a parameter of "
@@ -307,7 +308,8 @@ def read_result(path: Path) -> dict[str, Any]:
         if not all(math.isfinite(value) for value in metrics.values()):
             raise ValueError("a metric is NaN or inf")
         return {"model": str(result["model"]), "norm": str(result["norm"]), "encoder": str(result["encoder"]),
-                "caption_eos": bool(result["caption_eos"]), "test_images": int(result["test_images"]), "metrics": metrics,
+                "caption_eos": bool(result["caption_eos"]), "test_images": int(result["test_images"]),
+                "metrics": metrics,
                 "features": str(result.get("features", "not recorded (written before import_oe recorded it)"))}
     except (OSError, ValueError, TypeError, KeyError) as e:
         raise ValueError(f"{Path(path).name} is not import_oe's result ({type(e).__name__}: {e}); write it again with "

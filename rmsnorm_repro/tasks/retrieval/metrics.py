@@ -128,5 +128,6 @@ def fold_metrics(captions: Tensor, images: Tensor, n_folds: int) -> dict[str, fl
     ]
     metrics = {key: sum(fold[key] for fold in folds) / n_folds for key in folds[0]}
     for suffix in ("", OPTIMISTIC):
-        metrics["rsum" + suffix] = sum(metrics[f"{side}_r{k}{suffix}"] for side in ("caption", "image") for k in (1, 5, 10))
+        metrics["rsum" + suffix] = sum(metrics[f"{side}_r{k}{suffix}"]
+                                       for side in ("caption", "image") for k in (1, 5, 10))
     return metrics
