@@ -273,6 +273,7 @@ def test_the_command_scores_their_model_as_their_evaluation_does(tmp_path, capsy
     assert str(tmp_path) not in out.read_text()  # file names and hashes, no folder of this machine
     printed = capsys.readouterr().out
     assert "one fold of 12 images" in printed and "| caption retrieval, paper (RMSNorm) | 48.7 | 79.7 | 89.5 | 5.3 |" in printed
+    assert "Ties among the errors" not in printed  # distinct captions: no tie, one number
     # bad input: one line on stderr, exit 2
     assert import_oe.main(["--model", str(path), "--data-root", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err.strip()
@@ -434,7 +435,7 @@ def test_a_deep_or_self_repeating_pickle_is_refused_at_once(tmp_path):
     assert time.perf_counter() - start < 5.0
 
 
-def test_coco_zip_files_come_first_and_the_result_names_the_feature_file(tmp_path, caplog):
+def test_coco_zip_files_come_first_and_the_result_names_the_feature_file(tmp_path, caplog, capsys):
     """Features built with scripts/extract_coco_features.py beside coco.zip's (test_ims.npy) were scored with
     the authors' Caffe-trained projection silently, and the result named no feature file (fidelity audit)."""
     path, *_ = write_model(tmp_path)
@@ -446,6 +447,8 @@ def test_coco_zip_files_come_first_and_the_result_names_the_feature_file(tmp_pat
         assert import_oe.main(["--model", str(path), "--data-root", str(folder)]) == 0
     a, b = (json.loads((f / import_oe.RESULT_FILE).read_text()) for f in (both, theirs))
     assert a["metrics"] == b["metrics"]
+    assert a["metrics"]["rsum"] < a["metrics"]["rsum_optimistic"]  # ten captions of two images: ties
+    assert "Ties among the errors: the numbers above count them against the model" in capsys.readouterr().out
     assert (a["captions"], a["features"]) == ("test.txt", "images/10crop/test.npy")
     digest = __import__("hashlib").sha256((theirs / "images" / "10crop" / "test.npy").read_bytes()).hexdigest()
     assert a["features_sha256"] == b["features_sha256"] == digest
