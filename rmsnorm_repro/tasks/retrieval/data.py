@@ -67,12 +67,17 @@ def caption_encoder(vocab: list[str], caption_eos: bool):
 
 
 # Real data: COCO in the order-embedding layout ------------------------------------------------------
-def coco_files(root: Path, name: str) -> tuple[Path, Path]:
-    """(captions, features) of split `name` (train, dev, test): coco.zip's `{train,val,test}.txt` and
-    `images/10crop/{train,val,test}.npy` when its captions are there (the features the authors' models were
-    trained on come first), else `{name}_caps.txt` and `{name}_ims.npy`."""
-    ours = root / f"{name}_caps.txt", root / f"{name}_ims.npy"
+def coco_layouts(root: Path, name: str) -> tuple[tuple[Path, Path], tuple[Path, Path]]:
+    """(coco.zip's, ours): split `name`'s (captions, features) as `{train,val,test}.txt` and
+    `images/10crop/{train,val,test}.npy`, and as `{name}_caps.txt` and `{name}_ims.npy`."""
     theirs = root / f"{OE_SPLIT_NAMES[name]}.txt", root / "images" / "10crop" / f"{OE_SPLIT_NAMES[name]}.npy"
+    return theirs, (root / f"{name}_caps.txt", root / f"{name}_ims.npy")
+
+
+def coco_files(root: Path, name: str) -> tuple[Path, Path]:
+    """(captions, features) of split `name` (train, dev, test): coco.zip's when its captions are there (the
+    features the authors' models were trained on come first), else ours (coco_layouts)."""
+    theirs, ours = coco_layouts(root, name)
     return theirs if theirs[0].is_file() else ours
 
 
@@ -96,7 +101,7 @@ def read_coco_split(root: Path, name: str, lowercase: bool = True) -> tuple[list
     captions after it stay with their images); only empty lines at the end of the file are dropped.
     """
     caps_path, ims_path = coco_files(root, name)
-    ours = root / f"{name}_caps.txt", root / f"{name}_ims.npy"
+    ours = coco_layouts(root, name)[1]
     if (caps_path, ims_path) != ours and any(path.is_file() for path in ours):
         log.info(f"data=coco: both coco.zip's {', '.join(shown_files(root, (caps_path, ims_path)))} and "
                  f"{', '.join(shown_files(root, ours))} in the data folder: coco.zip's are read (move the others "
