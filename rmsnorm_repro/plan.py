@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -41,6 +43,24 @@ def _compose(overrides: list[str]) -> DictConfig:
         return compose("train", overrides=overrides, return_hydra_config=True)
 
 
+def seed_list(seeds: str) -> str:
+    """--seeds as given when it is distinct whole numbers between commas; ValueError (one line) otherwise:
+    "1,,2" would plan a run with an empty seed, "1,1" the same run twice."""
+    values = [value.strip() for value in seeds.split(",")]
+    for value in values:
+        if not value:
+            raise ValueError(f"--seeds {seeds}: an empty seed between commas; give distinct whole numbers, e.g. 1,2,3")
+        try:
+            int(value)
+        except ValueError:
+            raise ValueError(f"--seeds {seeds}: {value!r} is not a whole number; give distinct whole numbers, "
+                             "e.g. 1,2,3") from None
+    twice = next((value for i, value in enumerate(values) if int(value) in map(int, values[:i])), None)
+    if twice is not None:
+        raise ValueError(f"--seeds {seeds}: seed {twice} given twice; a seed is one run")
+    return ",".join(values)
+
+
 def sweep_jobs(preset: str, scale: str, data: str | None, seeds: str | None, extra: list[str]) -> tuple[DictConfig, list[Job]]:
     """The preset's multirun as Hydra's basic sweeper expands it (the cartesian product of
     hydra.sweeper.params, a command-line seed list replacing the preset's), each job composed."""
@@ -59,17 +79,50 @@ def sweep_jobs(preset: str, scale: str, data: str | None, seeds: str | None, ext
     return cfg, jobs
 
 
+def _timed_step(step: Any) -> tuple[tuple[str, str, str], tuple[float, dict[str, str]]] | None:
+    """One entry of a GPU check's "steps": ((task, norm, precision), (median step ms, its batch)); None when
+    it was not timed; ValueError saying what is odd (a NaN or negative time would plan nan or negative hours)."""
+    if not isinstance(step, dict):
+        raise ValueError(f"a step is {step!r}, not an object")
+    key = tuple(step.get(k) for k in ("task", "norm", "precision"))
+    if not all(isinstance(k, str) for k in key):
+        raise ValueError("a step names no task, norm and precision")
+    ms = step.get("step_ms")
+    if ms is None:
+        return None
+    if not (isinstance(ms, (int, float)) and not isinstance(ms, bool) and math.isfinite(ms) and ms > 0):
+        raise ValueError(f"{'/'.join(key)}: step_ms {ms!r} is not a time > 0")
+    batch = step.get("batch", [])
+    if not (isinstance(batch, list) and all(isinstance(b, str) and "=" in b for b in batch)):
+        raise ValueError(f"{'/'.join(key)}: batch {batch!r} is not a list of key=value")
+    return key, (float(ms), dict(b.split("=", 1) for b in batch))
+
+
 def gpu_step_ms(speed_dir: Path) -> dict[str, dict[tuple[str, str, str], tuple[float, dict[str, str]]]]:
-    """device -> {(task, norm, precision): (median step ms, its batch)} from every GPU check found."""
-    out = {}
+    """device -> {(task, norm, precision): (median step ms, its batch)} from every GPU check found; a device
+    two checks time is shown once per file, as "device (file name)"."""
+    checks: dict[str, list[tuple[Path, dict]]] = {}
     for path in sorted(speed_dir.glob("gpu-*.json")):
         try:
             check = json.loads(path.read_text(encoding="utf-8"))
-            out[str(check["device"])] = {
-                (s["task"], s["norm"], s["precision"]): (float(s["step_ms"]), dict(b.split("=", 1) for b in s.get("batch", [])))
-                for s in check.get("steps", []) if s.get("step_ms") is not None}
-        except (OSError, ValueError, KeyError, TypeError):
-            print(f"plan: {path} is not a GPU check's record; skipped", file=sys.stderr)
+            if not (isinstance(check, dict) and isinstance(check.get("device"), str)):
+                raise ValueError("no device named")
+            steps = check.get("steps", [])
+            if not isinstance(steps, list):
+                raise ValueError(f"steps is {steps!r}, not a list")
+            timed = dict(entry for entry in map(_timed_step, steps) if entry is not None)
+        except (OSError, ValueError) as err:
+            why = f"{type(err).__name__}: {err}" if isinstance(err, (OSError, json.JSONDecodeError)) else str(err)
+            print(f"plan: {path} is not a GPU check's record ({why}); skipped", file=sys.stderr)
+            continue
+        checks.setdefault(check["device"], []).append((path, timed))
+    out = {}
+    for device, found in checks.items():
+        if len(found) > 1:
+            print(f"plan: {' and '.join(path.name for path, _ in found)} both time {device}: each is shown",
+                  file=sys.stderr)
+        for path, timed in found:
+            out[device if len(found) == 1 else f"{device} ({path.name})"] = timed
     return out
 
 
@@ -152,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         task = str(_compose([f"experiment={args.table}"]).task.name)
         data = PAPER_DATA.get(task, GENERATED) if args.scale == PAPER_SCALE else GENERATED
     try:
-        cfg, jobs = sweep_jobs(args.table, args.scale, data, args.seeds, args.overrides)
+        seeds = None if args.seeds is None else seed_list(args.seeds)
+        cfg, jobs = sweep_jobs(args.table, args.scale, data, seeds, args.overrides)
     except Exception as e:  # noqa: BLE001 (Hydra's composition errors: one line)
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -79,3 +79,47 @@ def test_rnnsearch_plans_name_the_authors_preprocessed_copy_and_plan_on_it(tmp_p
     assert "first preparation: no BPE to train" in out and "or the authors' preprocessed copy" not in out
     assert main(["table4", "--speed", str(tmp_path), f"paths.data_dir={tmp_path / 'data'}"]) == 0
     assert "authors' preprocessed copy" not in capsys.readouterr().out  # the Transformer's is not public
+
+
+# Reliability audit at f15a5c5, case 8 and the plan's traceback ------------------------------------------
+@pytest.mark.parametrize("seeds,message", [("1,,2", "--seeds 1,,2: an empty seed between commas"),
+                                           ("1,1", "--seeds 1,1: seed 1 given twice"),
+                                           ("1,x", "--seeds 1,x: 'x' is not a whole number")])
+def test_a_seed_list_that_is_empty_twice_or_not_a_number_is_refused(seeds, message, tmp_path, capsys):
+    """"1,,2" planned 18 runs and "1,1" doubled the GPU-hours."""
+    assert main(["table4", "--seeds", seeds, "--speed", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {message}")
+
+
+TIMED = {"task": "transformer", "norm": "rmsnorm", "precision": "fp32", "batch": ["train.batch_tokens=25000"]}
+
+
+@pytest.mark.parametrize("steps,message", [
+    ([{**TIMED, "step_ms": float("nan")}], "transformer/rmsnorm/fp32: step_ms nan is not a time > 0"),
+    ([{**TIMED, "step_ms": -5.0}], "transformer/rmsnorm/fp32: step_ms -5.0 is not a time > 0"),
+    ([{**TIMED, "step_ms": "fast"}], "transformer/rmsnorm/fp32: step_ms 'fast' is not a time > 0"),
+    ([1], "a step is 1, not an object"),
+    ([{**TIMED, "step_ms": 1.0, "batch": "train.batch_tokens=25000"}],
+     "transformer/rmsnorm/fp32: batch 'train.batch_tokens=25000' is not a list of key=value"),
+    ([{**TIMED, "step_ms": 1.0, "task": None}], "a step names no task, norm and precision"),
+])
+def test_a_gpu_check_with_a_time_that_is_not_one_or_odd_fields_is_skipped_by_name(steps, message, tmp_path, capsys):
+    """NaN or negative step_ms planned nan or negative GPU-hours, exit 0; "steps": [1] was a traceback."""
+    assert main(["table4", "--seeds", "1", "--speed", str(_check(tmp_path, steps))]) == 0
+    out, err = capsys.readouterr()
+    assert f"plan: {tmp_path / 'gpu-testcard.json'} is not a GPU check's record ({message}); skipped" in err
+    assert "GPU time: unmeasured: no GPU check" in out and "nan" not in out
+
+
+def test_two_gpu_checks_of_one_device_are_both_shown_by_file(tmp_path, capsys):
+    """The later one replaced the first, silently."""
+    _check(tmp_path, [{**TIMED, "step_ms": 180.0}])
+    old = {"device": "Test Card", "steps": [{**TIMED, "step_ms": 360.0}]}
+    (tmp_path / "gpu-testcard-old.json").write_text(json.dumps(old))
+    assert main(["table4", "--seeds", "1", "--speed", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "GPU time on Test Card (gpu-testcard-old.json)" in out and "GPU time on Test Card (gpu-testcard.json)" in out
+    assert "| norm=rmsnorm,seed=1 | 300,000 | 180.0 | 15.0 |" in out
+    assert "| norm=rmsnorm,seed=1 | 300,000 | 360.0 | 30.0 |" in out
+    assert "gpu-testcard-old.json and gpu-testcard.json both time Test Card: each is shown" in err

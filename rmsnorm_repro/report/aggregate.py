@@ -203,6 +203,29 @@ def _config_or_nothing(path: Path) -> dict[str, Any]:
         return {}
 
 
+def read_runs(folders: Iterable[Path]) -> tuple[list[Run], list[tuple[Path, str]], int]:
+    """The runs under the folders (each once), the folders of runs left out with why (no readable summary:
+    damaged, of a newer version, still training or killed), and how many of those are unreadable rather
+    than unfinished. What compare and `rmsnorm-report claims` read; ValueError for a file given as a folder."""
+    runs, skipped, seen, damaged = [], [], set(), 0
+    for folder in folders:
+        unreadable: list[tuple[Path, str]] = []
+        found = load_runs(folder, unreadable)
+        in_progress = [(run.path, TRAINING if run.training else
+                        "no summary.json and no process here holds its .lock: killed, or training on another machine")
+                       for run in found.in_progress]
+        for path, why in unreadable + in_progress:
+            if path.resolve() not in seen:
+                seen.add(path.resolve())
+                skipped.append((path, why))
+                damaged += (path, why) in unreadable
+        for run in found:
+            if run.path.resolve() not in seen:
+                seen.add(run.path.resolve())
+                runs.append(run)
+    return runs, skipped, damaged
+
+
 def _skipped(path: Path, root: Path) -> bool:
     """Files of Hydra (.hydra/config.yaml) and wandb (wandb/.../config.yaml) are not run files."""
     parts = path.relative_to(root).parts[:-1]

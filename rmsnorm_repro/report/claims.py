@@ -540,10 +540,11 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     from pathlib import Path
 
-    from ..atomic import atomic_write_text
-    from .paired import SpeedUnreadable, read_speed
-    from .aggregate import load_runs
+    from ..atomic import atomic_write_text, cannot_write
+    from ..record import printable
+    from .aggregate import TRAINING, read_runs
     from .figures import unique_runs
+    from .paired import SpeedUnreadable, read_speed
 
     parser = argparse.ArgumentParser(prog="rmsnorm-report claims", description=(
         "Judge the paper's claims on any runs (one scale: mini, small or paper) and print the claims table, "
@@ -554,16 +555,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the table here (Markdown)")
     parser.add_argument("--table1", action="store_true", help="add Table 1's rows (computed here, no runs needed)")
     args = parser.parse_args(argv)
-    found = []
     for path in args.runs:
         if not path.exists():
             print(f"rmsnorm-report claims: {path} does not exist: give run directories or folders of runs", file=sys.stderr)
             return 2
-        found += load_runs(path)
+    try:
+        found, left_out, damaged = read_runs(args.runs)  # the runs, and those left out (damaged, unfinished), named
+    except ValueError as err:  # a file given as the folder
+        print(f"rmsnorm-report claims: {err}", file=sys.stderr)
+        return 2
     runs = unique_runs(found)
+    left_out += [(run.path, TRAINING) for run in runs if run.status == TRAINING]  # its summary is an old session's
     if not runs:
-        print(f"rmsnorm-report claims: no runs (summary.json files) under {', '.join(map(str, args.runs))}",
-              file=sys.stderr)
+        print(f"rmsnorm-report claims: no runs (summary.json files) under {', '.join(map(str, args.runs))}"
+              + "".join(f"; {path} ({why})" for path, why in left_out), file=sys.stderr)
         return 2
     scales = sorted({f"{run.scale} on {run.data}" for run in runs})
     if len(scales) > 1:
@@ -583,8 +588,26 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     text = "\n".join(markdown(judge(runs, measured, table1=args.table1), scales[0])) + "\n"
+    if left_out:  # named on the page too, by their folder under the path given (no folder of this machine)
+        def shown(path: Path) -> str:
+            root = next(Path(r) for r in args.runs if path == Path(r) or Path(r) in path.parents)
+            return printable(path.relative_to(root).as_posix() if path != root else root.name)
+        text += "\nLeft out of these verdicts: " + "; ".join(
+            f"`{shown(path)}` ({why.replace(str(path), '').lstrip(':/ ') or why})" for path, why in left_out) + ".\n"
     print(text, end="")
+    if left_out:
+        print("rmsnorm-report claims: left out of these verdicts: " +
+              ", ".join(f"{path} ({why})" for path, why in left_out), file=sys.stderr)
     if args.out is not None:
-        atomic_write_text(args.out, text)
+        try:
+            atomic_write_text(args.out, text)
+        except OSError as err:
+            print(f"rmsnorm-report claims: {cannot_write(err, 'choose a file you can write with --out')}",
+                  file=sys.stderr)
+            return 2
         print(f"wrote {args.out}", file=sys.stderr)
+    if damaged:  # never exit 0 on verdicts a damaged record may have changed
+        print(f"rmsnorm-report claims: {damaged} run(s) could not be read and are not in these verdicts: repair or "
+              "delete them (named above)", file=sys.stderr)
+        return 1
     return 0

@@ -33,6 +33,7 @@ from ..record import ABSENT, metric_goal, printable
 from . import figures as figs
 from .aggregate import NORM_ORDER, NOT_SWEPT, TRAINED, TRAINING, Group, Run, Stat, _flatten, load_runs
 from .claims import difference_verdict
+from .aggregate import read_runs
 
 # the metrics of a task's row: a `final` key is shown when it is one of these or ends in "_" + one
 HEADLINE = {
@@ -95,28 +96,6 @@ def expand(inputs: list[str]) -> list[Path]:
                 raise ValueError(f"{path} is not a folder: pass run folders, sweep folders or globs of them")
             folders.append(path)
     return folders
-
-
-def read(folders: list[Path]) -> tuple[list[Run], list[tuple[Path, str]], int]:
-    """The runs under the folders (each once), the folders of runs without a readable summary, and how
-    many of those are unreadable (damaged, or of a newer version) rather than unfinished."""
-    runs, skipped, seen, damaged = [], [], set(), 0
-    for folder in folders:
-        unreadable: list[tuple[Path, str]] = []
-        found = load_runs(folder, unreadable)
-        in_progress = [(run.path, TRAINING if run.training else
-                        "no summary.json and no process here holds its .lock: killed, or training on another machine")
-                       for run in found.in_progress]
-        for path, why in unreadable + in_progress:
-            if path.resolve() not in seen:
-                seen.add(path.resolve())
-                skipped.append((path, why))
-                damaged += (path, why) in unreadable
-        for run in found:
-            if run.path.resolve() not in seen:
-                seen.add(run.path.resolve())
-                runs.append(run)
-    return runs, skipped, damaged
 
 
 def _data(run: Run) -> str:
@@ -277,7 +256,7 @@ def baseline_of(comparison: Comparison, group: Compared) -> Compared | None:
 
 def compare(inputs: list[str], baseline: str | None = None) -> Comparison:
     """The comparison of the completed runs under `inputs`; ValueError (one line) for a set it refuses."""
-    runs, skipped, damaged = read(expand(inputs))
+    runs, skipped, damaged = read_runs(expand(inputs))
     if not runs:
         raise ValueError(f"no runs (summary.json files) under {', '.join(inputs)}")
     refuse_mixed(runs)
@@ -326,6 +305,8 @@ def groups_table(c: Comparison) -> list[str]:
             cell = fmt(s, digits)
             if column.header == "ms/step" and (interval := group.time_interval()) is not None:
                 cell += f" [{interval.lo:.{digits}f}, {interval.hi:.{digits}f}]"
+            if s is not None and s.n < len(group.runs):  # runs without a (finite) value are not in its mean
+                cell += f" (n={s.n})"
             row.append(f"**{cell}**" if best is not None and s is not None and s.mean == best else cell)
     return _table(["group", "n", *(col.header for col in c.columns)], cells)
 
@@ -364,7 +345,8 @@ def render(c: Comparison, md_dir: Path, figure: Path | None = None) -> str:
              f"{n_runs} completed run{'s' if n_runs != 1 else ''} in {len(c.groups)} group"
              f"{'s' if len(c.groups) != 1 else ''}, grouped by the config keys they differ in: {by}; seeds pooled.  ",
              "Cells: mean ± sample std over a group's runs (one run: its value); n: the group's completed runs "
-             "(listed under Runs); **bold**: the best mean of a column. Metrics: summary.json `final` (unprefixed: "
+             "(listed under Runs); (n=k): the cell's mean is over k of the group's runs, the others have no value; "
+             "**bold**: the best mean of a column. Metrics: summary.json `final` (unprefixed: "
              "the test split; `valid_*`: the validation split at the selected step). ms/step: each run's median "
              "step time, [lo, hi] a 95% interval of the group's mean.", "",
              *groups_table(c)]

@@ -100,11 +100,35 @@ def read_speed(path: Path) -> dict[str, Measured]:
         data = json.loads(path.read_text(encoding="utf-8"))
         times, how = data["times_ms"], data["how"]
         per_round = data.get("steps_per_round", {}) if data.get("version") == SPEED_VERSION else {}
-        return {task: Measured({n: [float(t) for t in v] for n, v in norms.items()}, per_round.get(task),
-                               how if isinstance(how, str) else str(how.get(task, "")))
-                for task, norms in times.items()}
+        measured = {task: Measured({n: [float(t) for t in v] for n, v in norms.items()}, per_round.get(task),
+                                   how if isinstance(how, str) else str(how.get(task, "")))
+                    for task, norms in times.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise SpeedUnreadable(f"{type(err).__name__}: {err}") from None
+    for task, m in measured.items():
+        _check_measured(task, m)
+    return measured
+
+
+def _check_measured(task: str, m: Measured) -> None:
+    """SpeedUnreadable naming a step time that is not a time (NaN, inf, <= 0: a NaN ratio reads as "slower")
+    or rounds that cannot be (steps_per_round not a whole number >= 1, lengths that do not pair)."""
+    for norm, times in m.times_ms.items():
+        bad = next((i for i, t in enumerate(times) if not (math.isfinite(t) and t > 0)), None)
+        if bad is not None:
+            raise SpeedUnreadable(f"{task}: {norm}'s step {bad + 1} is {times[bad]} ms; want a time > 0")
+    if m.steps_per_round is None:  # version 1: read, never judged
+        return
+    if not (isinstance(m.steps_per_round, int) and not isinstance(m.steps_per_round, bool) and m.steps_per_round >= 1):
+        raise SpeedUnreadable(f"{task}: steps_per_round is {m.steps_per_round!r}; want a whole number >= 1")
+    lengths = {norm: len(times) for norm, times in m.times_ms.items()}
+    first = next(iter(lengths), None)
+    for norm, n in lengths.items():
+        if n != lengths[first]:
+            raise SpeedUnreadable(f"{task}: {norm} has {n} step times, {first} {lengths[first]}; paired norms are "
+                                  "timed the same steps")
+    if first is not None and lengths[first] % m.steps_per_round:
+        raise SpeedUnreadable(f"{task}: {lengths[first]} step times are not whole rounds of {m.steps_per_round}")
 
 
 def write_speed(path: Path, measured: dict[str, Measured]) -> None:

@@ -94,6 +94,56 @@ def test_claims_subcommand_refuses_mixed_scales_and_missing_paths(tmp_path, caps
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_claims_subcommand_names_every_run_it_leaves_out_and_never_tracebacks(tmp_path, capsys):
+    """Reliability audit at f15a5c5: a damaged summary or a non-UTF-8 metrics line was a traceback, and a run
+    still training dropped out of n without a word."""
+    import fcntl
+
+    root = write_fake_runs(tmp_path / "runs") and tmp_path / "runs"
+    run = lambda name: next(path for path in sorted(root.iterdir()) if path.name.startswith(name))
+    cut, listed, bad_byte, resumed = (run("transformer-layernorm-p1.0-s1"), run("transformer-layernorm-p1.0-s2"),
+                                      run("rnnsearch-rmsnorm-p1.0-s2"), run("rnnsearch-layernorm-p1.0-s2"))
+    (cut / "summary.json").write_text('{"task": "transformer", "status": ')
+    (listed / "summary.json").write_text("[1, 2]")
+    metrics = (bad_byte / "metrics.jsonl").read_bytes()
+    (bad_byte / "metrics.jsonl").write_bytes(b'{"step": 5, "loss": "\xff"}\n' + metrics)
+    fresh = root / "rnnsearch-rmsnorm-new"  # started, no summary yet
+    fresh.mkdir()
+    (fresh / "config.yaml").write_text((resumed / "config.yaml").read_text())
+    with open(resumed / ".lock", "a") as lock, open(fresh / ".lock", "a") as fresh_lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # being extended: its old summary is not this run's result
+        fcntl.flock(fresh_lock, fcntl.LOCK_EX)
+        assert report_main(["claims", str(root), "--out", str(tmp_path / "claims.md")]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and out.startswith("| claim | mini on synthetic | numbers |")
+    left_out = err.split("left out of these verdicts: ", 1)[1]
+    for path, why in ((cut, "not valid JSON"), (listed, "summary.json"), (bad_byte, "metrics.jsonl"),
+                      (resumed, "training"), (fresh, "training")):
+        assert f"{path} (" in left_out and why in left_out.split(f"{path} (", 1)[1].split(")")[0]
+    page = (tmp_path / "claims.md").read_text()
+    assert f"`{resumed.name}` (training)" in page and f"`{cut.name}`" in page and str(tmp_path) not in page
+    assert "3 run(s) could not be read" in err
+
+
+def test_claims_subcommand_on_a_file_or_an_unwritable_out_is_one_line(tmp_path, capsys):
+    root = write_fake_runs(tmp_path / "runs") and tmp_path / "runs"
+    (tmp_path / "runs.txt").write_text("x")
+    assert report_main(["claims", str(tmp_path / "runs.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "runs.txt is a file, not a folder of runs" in err
+    (tmp_path / "taken").mkdir()
+    assert report_main(["claims", str(root), "--out", str(tmp_path / "taken")]) == 2
+    out, err = capsys.readouterr()
+    assert out.startswith("| claim |") and err.count("\n") == 1
+    assert err.startswith("rmsnorm-report claims: cannot write") and "--out" in err
+    speed = tmp_path / "speed.json"  # a NaN step read "faster: does not hold", exit 0 (audit f15a5c5)
+    speed.write_text('{"version": 2, "how": {"rnnsearch": ""}, "steps_per_round": {"rnnsearch": 1}, '
+                     '"times_ms": {"rnnsearch": {"layernorm": [10.0, 10.0], "rmsnorm": [NaN, 9.0]}}}')
+    assert report_main(["claims", str(root), "--speed", str(speed)]) == 2
+    err = capsys.readouterr().err
+    assert "rnnsearch: rmsnorm's step 1 is nan ms; want a time > 0" in err and "Traceback" not in err
+
+
 def test_table3s_codebase_runs_change_no_claim_but_table3s(tmp_path):
     """Table 3's runs (codebase=theano|pytorch) beside Table 2's in one folder: the claims stay Table 2's, and
     Table 3's own claim (Theano's speed-up above PyTorch's) is stated as not reproducible here."""

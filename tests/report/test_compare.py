@@ -164,6 +164,19 @@ def test_groups_are_named_by_the_keys_that_split_them(tmp_path: Path):
     assert [compare.baseline_of(c, g).label for g in c.groups[2:]] == ["norm=layernorm lr=0.01", "norm=layernorm lr=0.1"]
 
 
+def test_a_cell_from_fewer_runs_than_its_groups_n_says_how_many(tmp_path: Path):
+    """compare counted runs without a value in n, the cell from the rest, no word (audit f15a5c5, case 7)."""
+    for norm in ("layernorm", "rmsnorm"):
+        for seed in (1, 2, 3):
+            final = {} if (norm, seed) == ("rmsnorm", 3) else {"error": 0.2 + seed / 100}
+            write_run(tmp_path, "reader", norm, seed, final=final)
+    page = compare.render(compare.compare([str(tmp_path)]), tmp_path)
+    table = rows(page.replace("**", ""), "group")
+    assert table["norm=rmsnorm"][1] == "3" and table["norm=rmsnorm"][2] == f"{cell([0.21, 0.22], 4)} (n=2)"
+    assert table["norm=layernorm"][2] == cell([0.21, 0.22, 0.23], 4)  # every run has it: no note
+    assert "(n=k): the cell's mean is over k of the group's runs" in page
+
+
 @pytest.mark.slow
 def test_a_real_sweep_folder(tmp_path: Path, capsys):
     proc = cli("-m", "task=tiny", "norm=layernorm,rmsnorm", "seed=1,2", *FAST, f"hydra.sweep.dir={tmp_path / 'sweep'}",

@@ -2,6 +2,7 @@
 log ratios with rounds as blocks, the smallest decidable speed-up, and speed.json's two versions."""
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -93,4 +94,29 @@ def test_a_damaged_speed_json_is_named_never_read_as_absent(tmp_path):
     """A broken speed.json must not silently drop the speed verdicts: its reader raises, saying why."""
     (tmp_path / "speed.json").write_text('{"version": 2, "times_ms": ')
     with pytest.raises(paired.SpeedUnreadable, match="JSONDecodeError"):
+        paired.read_speed(tmp_path / "speed.json")
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda d: d["times_ms"]["rnnsearch"]["rmsnorm"].__setitem__(1, float("nan")),
+     "rnnsearch: rmsnorm's step 2 is nan ms; want a time > 0"),
+    (lambda d: d["times_ms"]["rnnsearch"]["layernorm"].__setitem__(0, -3.0),
+     "rnnsearch: layernorm's step 1 is -3.0 ms; want a time > 0"),
+    (lambda d: d["times_ms"]["rnnsearch"]["layernorm"].__setitem__(0, float("inf")), "step 1 is inf ms"),
+    (lambda d: d["times_ms"]["rnnsearch"]["layernorm"].__setitem__(0, 0), "step 1 is 0.0 ms"),
+    (lambda d: d["steps_per_round"].__setitem__("rnnsearch", 0),
+     "rnnsearch: steps_per_round is 0; want a whole number >= 1"),
+    (lambda d: d["steps_per_round"].__setitem__("rnnsearch", 1.5), "steps_per_round is 1.5"),
+    (lambda d: d["steps_per_round"].__setitem__("rnnsearch", True), "steps_per_round is True"),
+    (lambda d: d["times_ms"]["rnnsearch"]["rmsnorm"].pop(), "rnnsearch: rmsnorm has 5 step times, layernorm 6"),
+    (lambda d: d["steps_per_round"].__setitem__("rnnsearch", 4), "rnnsearch: 6 step times are not whole rounds of 4"),
+])
+def test_a_speed_json_with_a_time_or_round_that_cannot_be_is_named(tmp_path, change, message):
+    """A NaN step read "faster: does not hold" (exit 0), steps_per_round 0 was a ZeroDivisionError (audit f15a5c5)."""
+    data = {"version": 2, "how": {"rnnsearch": " (test)"}, "steps_per_round": {"rnnsearch": 2},
+            "times_ms": {"rnnsearch": {"layernorm": [10.0, 10.1, 9.9, 10.0, 10.2, 9.8],
+                                       "rmsnorm": [9.0, 9.1, 8.9, 9.0, 9.2, 8.8]}}}
+    change(data)
+    (tmp_path / "speed.json").write_text(json.dumps(data))
+    with pytest.raises(paired.SpeedUnreadable, match=re.escape(message)):
         paired.read_speed(tmp_path / "speed.json")

@@ -137,7 +137,8 @@ def test_the_report_reads_a_newer_summary_as_one_line(tmp_path, tiny_cfg):
 
 
 @pytest.mark.parametrize(("name", "goal"), [("valid_bleu", "max"), ("error", "min"), ("valid/loss", "min"),
-                                            ("caption_r1", "max"), ("medr", "min"), ("train_error", "min")])
+                                            ("caption_r1", "max"), ("medr", "min"), ("train_error", "min"),
+                                            ("valid/image_meanr_optimistic", "min"), ("rsum_optimistic", "max")])
 def test_metric_goal(name, goal):
     assert record.metric_goal(name) == goal
 

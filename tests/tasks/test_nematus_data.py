@@ -105,6 +105,51 @@ def test_the_suite_reads_each_word_as_nematus_does_shifted_past_pad_and_bos(tmp_
     assert not {PAD, BOS} & set(want)  # padding and the decoder's start keep ids no word has
 
 
+def v04_dictionary(path: Path) -> dict[str, int]:
+    """Nematus 1487724 / v0.4's build_dictionary.py: <EOS> 0, <GO> 1, <UNK> 2, the words from 3."""
+    old = json.loads(Path(f"{path}.json").read_text(encoding="utf-8"))
+    new = {"<EOS>": 0, "<GO>": 1, "<UNK>": 2, **{w: i + 1 for w, i in old.items() if i >= 2}}
+    Path(f"{path}.json").write_text(json.dumps(new, ensure_ascii=False), encoding="utf-8")
+    return new
+
+
+def v04_ids(dictionary: dict[str, int], line: str, n_words: int | None) -> list[int]:
+    """Nematus v0.4's TextIterator (data_iterator.py:84-95, 172-201): entries at or above the limit deleted,
+    a word not in the dictionary is unk_val 2."""
+    kept = {w: i for w, i in dictionary.items() if n_words is None or i < n_words}
+    return [kept.get(w, 2) for w in line.split()]
+
+
+@pytest.mark.parametrize("n_words", [None, 6])
+def test_a_v04_dictionary_is_read_as_nematus_v04_reads_it(tmp_path, n_words):
+    """v0.4 dictionaries (<EOS> 0, <GO> 1, <UNK> 2) were accepted as v0.3's: unknown words read as id 1 (<GO>),
+    "<UNK>" an ordinary word (fidelity audit at f15a5c5)."""
+    root = write_nematus_folder(tmp_path / "wmt")
+    dictionary = v04_dictionary(root / "corpus.bpe.de")
+    vocab = NematusVocab(root / "corpus.bpe.de.json", n_words, detruecase=False, detokenize=False)
+    line = "der Hund sieht ein Zebra , nicht die Kat@@ ze . <UNK> <GO>"
+    want = [{0: EOS, 1: BOS, 2: UNK}.get(i, i + 1) for i in v04_ids(dictionary, line, n_words)]
+    assert vocab.encode([line]) == [want]
+    assert want.count(UNK) >= 3 and want[-1] == BOS
+    assert len(vocab) == (max(dictionary.values()) + 1 if n_words is None else n_words) + 1
+    # decoding writes what v0.4's seq2words writes for the unknown id: the dictionary's "<UNK>"
+    assert vocab.decode([[dictionary["Hund"] + 1, UNK, EOS]]) == ["Hund <UNK>"]
+    v03 = write_nematus_folder(tmp_path / "v03")
+    assert NematusVocab(v03 / "corpus.bpe.de.json", detruecase=False, detokenize=False).decode([[UNK]]) == ["UNK"]
+    with pytest.raises(ValueError, match="data.n_words / data.n_words_src = 2 leaves no word of .* v0.4"):
+        NematusVocab(root / "corpus.bpe.de.json", 2)
+
+
+def test_a_limit_above_the_dictionary_is_bounded_by_it(tmp_path, caplog):
+    """n_words 1e9 sized the model for a billion words: "can't allocate 256 GB" (reliability audit at f15a5c5)."""
+    root = write_nematus_folder(tmp_path / "wmt")
+    size = max(json.loads((root / "corpus.bpe.de.json").read_text(encoding="utf-8")).values()) + 1
+    with caplog.at_level("INFO"):
+        vocab = NematusVocab(root / "corpus.bpe.de.json", 10**9)
+    assert len(vocab) == len(NematusVocab(root / "corpus.bpe.de.json")) == size + 2
+    assert f"n_words 1000000000 is above the {size} ids of corpus.bpe.de.json: bounded to {size}" in caplog.text
+
+
 def test_translations_go_back_to_plain_text_as_wmt17_postprocess_does_and_score_with_sacrebleu(tmp_path):
     root = write_nematus_folder(tmp_path / "wmt")
     vocab = NematusVocab(root / "corpus.bpe.de.json")

@@ -63,6 +63,60 @@ def test_a_collapsed_model_scores_worst_not_best():
     assert m["image_r1"] == 0.0 and m["image_meanr"] == 10.0 and m["caption_meanr"] == 46.0
 
 
+def brute_force_optimistic(errors: torch.Tensor) -> tuple[list[int], list[int]]:
+    """As brute_force_ranks with the right candidates first among equals."""
+    n_caps, n_ims = errors.shape
+    e = errors.tolist()
+    caption = [next(pos for pos, c in enumerate(sorted(range(n_caps), key=lambda c: (e[c][i], c // 5 != i)))
+                    if c // 5 == i) for i in range(n_ims)]
+    image = [sorted(range(n_ims), key=lambda i: (e[c][i], i != c // 5)).index(c // 5) for c in range(n_caps)]
+    return caption, image
+
+
+def test_ties_are_reported_both_ways_and_oe_argsort_lies_between():
+    """OE's evaluation.py:59-116 ranks with numpy.argsort: any order among equal errors. Its ranks, whatever
+    order its sort leaves, lie between the pessimistic and the optimistic ones; without ties all three agree."""
+    rng = random.Random(3)
+    for trial in range(30):
+        n_ims = rng.randint(1, 9)
+        errors = torch.tensor([[float(rng.randint(0, 2)) for _ in range(n_ims)] for _ in range(5 * n_ims)])
+        pessimistic, optimistic = ranks(errors), ranks(errors, optimistic=True)
+        assert tuple(r.tolist() for r in optimistic) == brute_force_optimistic(errors)
+        e = errors.numpy()
+        for kind in ("quicksort", "stable", "shuffled"):
+            order = (lambda d: np.argsort(d, kind=kind)) if kind != "shuffled" else (
+                lambda d: (p := np.random.default_rng(trial).permutation(len(d)))[np.argsort(d[p], kind="stable")])
+            t2i = [int(np.where(order(e[i]) == i // 5)[0][0]) for i in range(e.shape[0])]
+            i2t = [int(np.where(order(e[:, i]) // 5 == i)[0][0]) for i in range(e.shape[1])]
+            for theirs, lo, hi in ((i2t, optimistic[0], pessimistic[0]), (t2i, optimistic[1], pessimistic[1])):
+                assert all(a <= b <= c for a, b, c in zip(lo.tolist(), theirs, hi.tolist()))
+    distinct = torch.randperm(50, generator=torch.Generator().manual_seed(0)).float().reshape(10, 5)[:, :2]
+    m = recall_metrics(distinct)
+    assert all(m[key] == m[key + "_optimistic"] for key in list(m) if not key.endswith("_optimistic"))
+
+
+def test_a_collapsed_model_scores_worst_pessimistically_and_best_optimistically():
+    m = fold_metrics(torch.zeros(100, 3), torch.zeros(20, 3), 1)  # every error equal
+    assert m["rsum"] == 0.0 and m["image_meanr"] == 20.0
+    assert m["rsum_optimistic"] == 600.0 and m["image_meanr_optimistic"] == 1.0
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_nan_and_inf_never_rank(bad):
+    """One NaN error compared false with everything and ranked as a win: R@1 100 (audit f15a5c5, case 4)."""
+    errors = torch.rand(10, 2, generator=torch.Generator().manual_seed(1))
+    errors[0, 1] = bad
+    with pytest.raises(ValueError, match="1 of 10 captions' order-violation errors hold NaN or inf"):
+        recall_metrics(errors)
+    caps, ims = torch.rand(10, 3), torch.rand(2, 3)
+    ims[1, 2] = bad
+    with pytest.raises(ValueError, match="1 of 2 image embeddings hold NaN or inf"):
+        fold_metrics(caps, ims, 1)
+    ims[1, 2], caps[4, 0], caps[7, 1] = 0.5, bad, bad
+    with pytest.raises(ValueError, match="2 of 10 caption embeddings hold NaN or inf"):
+        fold_metrics(caps, ims, 1)
+
+
 def test_order_violation_and_loss_match_their_definitions():
     g = torch.Generator().manual_seed(0)
     s, im = torch.rand(6, 4, generator=g), torch.rand(6, 4, generator=g)

@@ -11,7 +11,7 @@ import torch
 
 from rmsnorm_repro.errors import ConfigError
 from rmsnorm_repro.tasks.retrieval import import_oe
-from rmsnorm_repro.tasks.retrieval.data import caption_encoder, load_coco, pad_captions
+from rmsnorm_repro.tasks.retrieval.data import caption_encoder, load_coco, pad_captions, read_coco_split
 
 DIM, WORD, IMAGE = 6, 5, 7
 CAPTIONS = ["a dog on grass", "a cat", "two dogs near a red car", "a dog", "", "the cat on a car",
@@ -273,6 +273,7 @@ def test_the_command_scores_their_model_as_their_evaluation_does(tmp_path, capsy
     assert str(tmp_path) not in out.read_text()  # file names and hashes, no folder of this machine
     printed = capsys.readouterr().out
     assert "one fold of 12 images" in printed and "| caption retrieval, paper (RMSNorm) | 48.7 | 79.7 | 89.5 | 5.3 |" in printed
+    assert "Ties among the errors" not in printed  # distinct captions: no tie, one number
     # bad input: one line on stderr, exit 2
     assert import_oe.main(["--model", str(path), "--data-root", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err.strip()
@@ -360,3 +361,102 @@ def test_a_retrieval_run_recorded_before_caption_eos_reads_as_without_it():
     old = {"task": {"name": "retrieval", "margin": 0.05}, "norm": {"name": "rmsnorm"}}
     assert filled_config(old, {})["task"]["caption_eos"] is False
     assert filled_config({**old, "task": {"name": "retrieval", "caption_eos": True}}, {})["task"]["caption_eos"] is True
+
+
+# Damaged and hostile files (reliability audit at f15a5c5) ------------------------------------------------
+def write_test_split(data, n_images=2, layout="coco.zip", features=None):
+    """A COCO test split of distinct captions in coco.zip's layout or as test_caps.txt / test_ims.npy."""
+    captions = [f"a dog {i}" for i in range(5 * n_images)]
+    features = np.random.default_rng(4).random((n_images, IMAGE)).astype(np.float32) if features is None else features
+    if layout == "coco.zip":
+        (data / "images" / "10crop").mkdir(parents=True, exist_ok=True)
+        (data / "test.txt").write_text("\n".join(captions) + "\n")
+        np.save(data / "images" / "10crop" / "test.npy", features)
+    else:
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "test_caps.txt").write_text("\n".join(captions) + "\n")
+        np.save(data / "test_ims.npy", features)
+    return features
+
+
+def test_a_nan_in_their_weights_or_the_features_is_refused_not_scored_as_perfect(tmp_path, capsys):
+    """One NaN in ff_image_W gave R@1/5/10 = 100 and mean rank 1, written to authors_order_scores.json."""
+    params = their_params("rlngru", len(build_dictionary(CAPTIONS[:8])) + 2)
+    params["ff_image_W"][3, 2] = np.nan
+    path, *_ = write_model(tmp_path, params=params)
+    data = tmp_path / "coco"
+    write_test_split(data)
+    assert import_oe.main(["--model", str(path), "--data-root", str(data)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"import_oe: {tmp_path / 'order.npz'}: ff_image_W holds 1 NaN or inf value: not a trained model's"
+    assert not (data / import_oe.RESULT_FILE).exists()
+    write_model(tmp_path)
+    features = write_test_split(data)
+    features[1, 0] = np.inf
+    np.save(data / "images" / "10crop" / "test.npy", features)
+    assert import_oe.main(["--model", str(path), "--data-root", str(data)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "test.npy holds NaN or inf in 1 of 2 image rows" in err
+    assert not (data / import_oe.RESULT_FILE).exists()
+    (data / import_oe.RESULT_FILE).write_text(json.dumps({  # a result written before: its NaN is not shown as a score
+        "model": "order", "norm": "rmsnorm", "encoder": "rlngru", "caption_eos": True, "test_images": 2,
+        "metrics": {**{key: 1.0 for key in import_oe.METRICS}, "caption_r1": float("nan")}}))
+    with pytest.raises(ValueError, match="is not import_oe's result \\(ValueError: a metric is NaN or inf"):
+        import_oe.read_result(data / import_oe.RESULT_FILE)
+
+
+def test_a_truncated_npz_is_one_line(tmp_path):
+    path, *_ = write_model(tmp_path)
+    npz = tmp_path / "order.npz"
+    npz.write_bytes(npz.read_bytes()[:300])
+    with pytest.raises(ConfigError, match="order.npz is not a readable .npz of arrays \\(BadZipFile"):
+        import_oe.load_oe_model(path)
+
+
+@pytest.mark.timeout(60)
+def test_a_deep_or_self_repeating_pickle_is_refused_at_once(tmp_path):
+    """A 100k-deep list raised RecursionError; a list nested 40 deep whose levels hold the same object twice
+    (336 bytes) expanded to 2^40 nodes: a hang (import_oe._text)."""
+    import pickle
+    import time
+
+    deep = b"(l" * 100_000 + b"a" * 99_999 + b"."
+    (tmp_path / "order.pkl").write_bytes(deep)
+    with pytest.raises(ConfigError, match="order.pkl is not OE's model pickle: nested deeper than"):
+        import_oe.read_oe_pickle(tmp_path / "order.pkl")
+    shared = []
+    for _ in range(40):
+        shared = [shared, shared]
+    (tmp_path / "order.pkl").write_bytes(pickle.dumps(shared, protocol=0))
+    assert len((tmp_path / "order.pkl").read_bytes()) < 1000
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match="order.pkl is not OE's model pickle"):
+        import_oe.read_oe_pickle(tmp_path / "order.pkl")
+    assert time.perf_counter() - start < 5.0
+
+
+def test_coco_zip_files_come_first_and_the_result_names_the_feature_file(tmp_path, caplog, capsys):
+    """Features built with scripts/extract_coco_features.py beside coco.zip's (test_ims.npy) were scored with
+    the authors' Caffe-trained projection silently, and the result named no feature file (fidelity audit)."""
+    path, *_ = write_model(tmp_path)
+    both, theirs = tmp_path / "both", tmp_path / "theirs"
+    features = write_test_split(both)
+    write_test_split(theirs, features=features)
+    write_test_split(both, layout="ours", features=features[::-1].copy())  # the images swapped
+    for folder in (both, theirs):
+        assert import_oe.main(["--model", str(path), "--data-root", str(folder)]) == 0
+    a, b = (json.loads((f / import_oe.RESULT_FILE).read_text()) for f in (both, theirs))
+    assert a["metrics"] == b["metrics"]
+    assert a["metrics"]["rsum"] < a["metrics"]["rsum_optimistic"]  # ten captions of two images: ties
+    assert "Ties among the errors: the numbers above count them against the model" in capsys.readouterr().out
+    assert (a["captions"], a["features"]) == ("test.txt", "images/10crop/test.npy")
+    digest = __import__("hashlib").sha256((theirs / "images" / "10crop" / "test.npy").read_bytes()).hexdigest()
+    assert a["features_sha256"] == b["features_sha256"] == digest
+    assert import_oe.read_result(both / import_oe.RESULT_FILE)["features"] == "images/10crop/test.npy"
+    only_ours = tmp_path / "ours"
+    write_test_split(only_ours, layout="ours")
+    assert import_oe.main(["--model", str(path), "--data-root", str(only_ours)]) == 0
+    assert json.loads((only_ours / import_oe.RESULT_FILE).read_text())["features"] == "test_ims.npy"
+    with caplog.at_level("INFO"):
+        read_coco_split(both, "test")
+    assert "both coco.zip's test.txt, images/10crop/test.npy and test_caps.txt, test_ims.npy" in caplog.text

@@ -8,6 +8,7 @@ read by their datasets.py:26-32) or as `{train,dev,test}_caps.txt` and `{train,d
 """
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ CAPTIONS_PER_IMAGE = 5
 PAD, UNK, EOS = "<pad>", "<unk>", "<eos>"
 COCO_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
 OE_SPLIT_NAMES = {"train": "train", "dev": "val", "test": "test"}  # ivendrov datasets.py:26 (coco.zip's names)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,12 +67,29 @@ def caption_encoder(vocab: list[str], caption_eos: bool):
 
 
 # Real data: COCO in the order-embedding layout ------------------------------------------------------
-def coco_files(root: Path, name: str) -> tuple[Path, Path]:
-    """(captions, features) of split `name` (train, dev, test): `{name}_caps.txt` and `{name}_ims.npy`,
-    or else coco.zip's `{train,val,test}.txt` and `images/10crop/{train,val,test}.npy` when those are there."""
-    ours = root / f"{name}_caps.txt", root / f"{name}_ims.npy"
+def coco_layouts(root: Path, name: str) -> tuple[tuple[Path, Path], tuple[Path, Path]]:
+    """(coco.zip's, ours): split `name`'s (captions, features) as `{train,val,test}.txt` and
+    `images/10crop/{train,val,test}.npy`, and as `{name}_caps.txt` and `{name}_ims.npy`."""
     theirs = root / f"{OE_SPLIT_NAMES[name]}.txt", root / "images" / "10crop" / f"{OE_SPLIT_NAMES[name]}.npy"
-    return theirs if not ours[0].is_file() and theirs[0].is_file() else ours
+    return theirs, (root / f"{name}_caps.txt", root / f"{name}_ims.npy")
+
+
+def coco_files(root: Path, name: str) -> tuple[Path, Path]:
+    """(captions, features) of split `name` (train, dev, test): coco.zip's when its captions are there (the
+    features the authors' models were trained on come first), else ours (coco_layouts)."""
+    theirs, ours = coco_layouts(root, name)
+    return theirs if theirs[0].is_file() else ours
+
+
+def shown_files(root: Path, files: tuple[Path, ...]) -> tuple[str, ...]:
+    """The files as paths inside the data folder (never this machine's folders)."""
+    return tuple(path.relative_to(root).as_posix() for path in files)
+
+
+def non_finite_rows(array: np.ndarray, chunk: int = 4096) -> int:
+    """How many rows hold a NaN or an infinity, a chunk of rows at a time (113k x 4096 features at once
+    would take a 460 MB mask)."""
+    return sum(int((~np.isfinite(array[i:i + chunk])).any(1).sum()) for i in range(0, len(array), chunk))
 
 
 def read_coco_split(root: Path, name: str, lowercase: bool = True) -> tuple[list[list[str]], np.ndarray]:
@@ -82,6 +101,11 @@ def read_coco_split(root: Path, name: str, lowercase: bool = True) -> tuple[list
     captions after it stay with their images); only empty lines at the end of the file are dropped.
     """
     caps_path, ims_path = coco_files(root, name)
+    ours = coco_layouts(root, name)[1]
+    if (caps_path, ims_path) != ours and any(path.is_file() for path in ours):
+        log.info(f"data=coco: both coco.zip's {', '.join(shown_files(root, (caps_path, ims_path)))} and "
+                 f"{', '.join(shown_files(root, ours))} in the data folder: coco.zip's are read (move the others "
+                 "to a folder of their own to use them)")
     for path in (caps_path, ims_path):
         if not path.is_file():
             raise FileNotFoundError(
@@ -105,6 +129,10 @@ def read_coco_split(root: Path, name: str, lowercase: bool = True) -> tuple[list
             f"data=coco: {caps_path.name} has {len(captions)} captions but {ims_path.name} has shape "
             f"{images.shape}; want {CAPTIONS_PER_IMAGE} consecutive captions per image row"
         )
+    bad = non_finite_rows(images)
+    if bad:  # a NaN feature would rank as a win in every comparison it enters
+        raise ValueError(f"data=coco: {ims_path.name} holds NaN or inf in {bad} of {images.shape[0]} image rows: "
+                         "rebuild it with scripts/extract_coco_features.py")
     return captions, images
 
 

@@ -4,10 +4,12 @@
 
 reads `order.npz` and `order.pkl` (bzhangGo/rmsnorm README.md:175-178, the model behind the paper's
 RMSNorm row of Table 7), the COCO test split as `data=coco` reads it (coco.zip's `test.txt` and
-`images/10crop/test.npy`, or `test_caps.txt` and `test_ims.npy`: data.py coco_files), and prints
-R@1 / R@5 / R@10 / mean rank both ways, 5 folds of 1000 images averaged, beside the paper's row. It
-writes them to `<data root>/authors_order_scores.json` (--out elsewhere), where Table 7's page shows
-them beside runs that read that folder.
+`images/10crop/test.npy` first: the features their projection was trained on; else `test_caps.txt` and
+`test_ims.npy`: data.py coco_files), and prints R@1 / R@5 / R@10 / mean rank both ways, 5 folds of 1000
+images averaged, beside the paper's row. It writes them, with the files it read (names inside the data
+folder, the features' sha256) and the tie-optimistic bounds (metrics.py), to
+`<data root>/authors_order_scores.json` (--out elsewhere), where Table 7's page shows them beside runs
+that read that folder.
 
 The files are ivendrov/order-embedding's (OE) saved model:
 - `order.pkl`: OE `train.py:32-75`'s `curr_model` pickled by Python 2's cPickle (protocol 0): {'options':
@@ -41,8 +43,10 @@ import argparse
 import csv
 import hashlib
 import json
+import math
 import pickle
 import sys
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -55,7 +59,8 @@ from ...atomic import atomic_write_text, cannot_write
 from ...errors import ConfigError
 from ...norms import build_normalization
 from ...paths import configs_dir, paper_dir
-from .data import EOS, PAD, UNK, Split, caption_encoder, coco_files, read_coco_split
+from ...record import OPTIMISTIC
+from .data import EOS, PAD, UNK, Split, caption_encoder, coco_files, read_coco_split, shown_files
 from .model import OrderEmbedding
 from .task import score_split
 
@@ -78,15 +83,28 @@ class _OEUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"it names {module}.{name}; OE's model pickle holds dicts, lists, strings and numbers")
 
 
-def _text(value: Any) -> Any:
-    """Python 2 str (read as bytes) -> str, recursively; words that are not UTF-8 keep their bytes as surrogates."""
+MAX_DEPTH = 32  # OE's model pickle nests 3 deep (a dict of a dict and an OrderedDict of strings and numbers)
+
+
+def _text(value: Any, depth: int = 0, done: dict[int, Any] | None = None) -> Any:
+    """Python 2 str (read as bytes) -> str, recursively; words that are not UTF-8 keep their bytes as surrogates.
+    Each container is converted once (a pickle can hold one object many times: 40 levels of [x, x] would
+    otherwise be 2^40 nodes) and at most MAX_DEPTH deep (ValueError)."""
     if isinstance(value, bytes):
         return value.decode("utf-8", "surrogateescape")
+    if not isinstance(value, (dict, list, tuple)):
+        return value
+    done = {} if done is None else done
+    if id(value) in done:
+        return done[id(value)]
+    if depth >= MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, dict):
-        return type(value)((_text(k), _text(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return type(value)(_text(v) for v in value)
-    return value
+        converted = type(value)((_text(k, depth + 1, done), _text(v, depth + 1, done)) for k, v in value.items())
+    else:
+        converted = type(value)(_text(v, depth + 1, done) for v in value)
+    done[id(value)] = converted
+    return converted
 
 
 def read_oe_pickle(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
@@ -96,8 +114,10 @@ def read_oe_pickle(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
             model = _text(_OEUnpickler(f, encoding="bytes").load())
     except FileNotFoundError:
         raise ConfigError(f"{path} not found: give --model the path of order.npz, with order.pkl beside it") from None
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as e:
+    except (OSError, pickle.UnpicklingError, EOFError, TypeError, AttributeError, IndexError, RecursionError) as e:
         raise ConfigError(f"{path} is not OE's model pickle ({type(e).__name__}: {e})") from None
+    except ValueError as e:
+        raise ConfigError(f"{path} is not OE's model pickle: {e}") from None
     if not (isinstance(model, dict) and isinstance(model.get("options"), dict) and isinstance(model.get("worddict"), dict)):
         raise ConfigError(f"{path} is not OE's model pickle: want a dict with 'options' and 'worddict' (OE train.py:32-75)")
     options, worddict = model["options"], model["worddict"]
@@ -153,7 +173,7 @@ def read_oe_npz(path: Path) -> dict[str, np.ndarray]:
             return {key: npz[key] for key in npz.files}
     except FileNotFoundError:
         raise ConfigError(f"{path} not found: give --model the path of order.npz, with order.pkl beside it") from None
-    except (OSError, ValueError, EOFError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise ConfigError(f"{path} is not a readable .npz of arrays ({type(e).__name__}: {' '.join(str(e).split())})") from None
 
 
@@ -164,6 +184,10 @@ def check_arrays(arrays: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...
             raise ConfigError(f"{where}: no {key} (want shape {shape} for OE's {kind} model)")
         if arrays[key].shape != shape or arrays[key].dtype.kind != "f":
             raise ConfigError(f"{where}: {key} has shape {arrays[key].shape} ({arrays[key].dtype}); want {shape}, floats")
+        bad = int((~np.isfinite(arrays[key])).sum())
+        if bad:  # a NaN would rank as a win in every comparison it enters
+            raise ConfigError(f"{where}: {key} holds {bad} NaN or inf value{'s' if bad > 1 else ''}: "
+                              "not a trained model's")
     extra = sorted(set(arrays) - set(shapes) - ignored)
     if extra:
         raise ConfigError(f"{where}: {', '.join(extra)} {'is' if len(extra) == 1 else 'are'} not a parameter of "
@@ -263,11 +287,17 @@ def score(model_path: Path, data_root: Path, encoder: str | None = None, caption
                           f"image; the model maps {model.image_proj.in_features} (OE options['dim_image'])")
     encode = caption_encoder(vocab, caption_eos)
     split = Split([encode(w) for w in words], torch.from_numpy(np.asarray(images, dtype=np.float32)))
-    metrics = score_split(model.to(device), split, batch_size, torch.device(device))
+    try:
+        metrics = score_split(model.to(device), split, batch_size, torch.device(device))
+    except ValueError as e:  # embeddings that are not finite: nothing to rank
+        raise ConfigError(f"their model on --data-root's test split: {e}") from None
     norm = ENCODERS[kind][0]
+    captions_path, features_path = coco_files(data_root, "test")
+    captions_name, features_name = shown_files(data_root, (captions_path, features_path))
     return {"model": model_path.name, "npz_sha256": sha256(model_path.with_name(model_path.name + ".npz")),
             "pkl_sha256": sha256(model_path.with_name(model_path.name + ".pkl")), "encoder": kind, "norm": norm,
-            "caption_eos": caption_eos, "test_images": int(images.shape[0]), "metrics": metrics,
+            "caption_eos": caption_eos, "test_images": int(images.shape[0]), "captions": captions_name,
+            "features": features_name, "features_sha256": sha256(features_path), "metrics": metrics,
             "paper": paper_row(norm)}
 
 
@@ -276,8 +306,12 @@ def read_result(path: Path) -> dict[str, Any]:
     try:
         result = json.loads(Path(path).read_text(encoding="utf-8"))
         metrics = {key: float(result["metrics"][key]) for key in METRICS}
+        if not all(math.isfinite(value) for value in metrics.values()):
+            raise ValueError("a metric is NaN or inf")
         return {"model": str(result["model"]), "norm": str(result["norm"]), "encoder": str(result["encoder"]),
-                "caption_eos": bool(result["caption_eos"]), "test_images": int(result["test_images"]), "metrics": metrics}
+                "caption_eos": bool(result["caption_eos"]), "test_images": int(result["test_images"]),
+                "metrics": metrics,
+                "features": str(result.get("features", "not recorded (written before import_oe recorded it)"))}
     except (OSError, ValueError, TypeError, KeyError) as e:
         raise ValueError(f"{Path(path).name} is not import_oe's result ({type(e).__name__}: {e}); write it again with "
                          "python -m rmsnorm_repro.tasks.retrieval.import_oe") from None
@@ -315,8 +349,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     folds = "5 folds of 1000 images" if result["test_images"] == 5000 else f"one fold of {result['test_images']} images"
     eos = str(result["caption_eos"]).lower()
-    print(f"{result['model']} (OE {result['encoder']} -> norm={result['norm']}, caption_eos={eos}), COCO test, {folds}:\n"
+    print(f"{result['model']} (OE {result['encoder']} -> norm={result['norm']}, caption_eos={eos}), COCO test "
+          f"({result['captions']}, {result['features']}), {folds}:\n"
           + table(result["metrics"], result["paper"]))
+    metrics = result["metrics"]
+    if metrics["rsum"] != metrics["rsum" + OPTIMISTIC]:  # OE's argsort ranks ties either way: its number lies between
+        print(f"Ties among the errors: the numbers above count them against the model; counted for it, the R@K sum is "
+              f"{metrics['rsum' + OPTIMISTIC]:.1f} instead of {metrics['rsum']:.1f} (both in {out.name})")
     return 0
 
 

@@ -11,16 +11,23 @@ Two retrieval directions, named as in the paper's Table 7:
 R@K is the percentage of queries ranked < K (0-based), medr = floor(median rank) + 1 and
 meanr = mean rank + 1 (1-based, like ivendrov's code).
 
-Ties are counted PESSIMISTICALLY: a wrong candidate whose error equals the right one's ranks
-before it. The reference code's argsort breaks ties by array order, which can make a collapsed
-model (all errors equal, e.g. every embedding clipped to 0) look perfect; counting ties against
-the model makes such a model score at the bottom, never above chance.
+Ties: OE's evaluation.py:59-116 ranks with numpy.argsort (quicksort: the order among equal errors is
+whatever that numpy's sort leaves, not reproducible across versions), so its number for a tied query
+can be anything between two bounds, and both are reported. The headline keys count ties
+PESSIMISTICALLY (a wrong candidate whose error equals the right one's ranks before it: a collapsed
+model, every error equal, scores at the bottom, never above chance); the same keys with OPTIMISTIC
+("caption_r1_optimistic", ... "rsum_optimistic") count them for the model. Without ties the two are
+equal and are OE's number exactly.
+
+Errors that are not finite (NaN, inf: from a diverged model, or a NaN in the features or an imported
+projection) are refused with a ValueError: a NaN compares False with everything and would rank as a win.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+from ...record import OPTIMISTIC
 from .data import CAPTIONS_PER_IMAGE
 
 CHUNK_ELEMENTS = 1 << 24  # bound on the (captions, images, dim) broadcast: 64 MiB of float32
@@ -57,19 +64,31 @@ def contrastive_loss(errors: Tensor, margin: float) -> Tensor:
     return ((wrong_caption + wrong_image) * off_diagonal).sum()
 
 
-def ranks(errors: Tensor, per_image: int = CAPTIONS_PER_IMAGE) -> tuple[Tensor, Tensor]:
-    """0-based pessimistic ranks: (caption retrieval, one per image; image retrieval, one per caption)."""
+def refuse_non_finite(values: Tensor, what: str) -> None:
+    """ValueError naming how many rows of `values` hold a NaN or an infinity (none: nothing)."""
+    bad = ~torch.isfinite(values)
+    if bool(bad.any()):
+        rows = int(bad.reshape(len(values), -1).any(1).sum())
+        raise ValueError(f"{rows} of {len(values)} {what} hold NaN or inf: no rank can be read from them "
+                         "(a NaN compares false with everything and would rank as a win)")
+
+
+def ranks(errors: Tensor, per_image: int = CAPTIONS_PER_IMAGE, optimistic: bool = False) -> tuple[Tensor, Tensor]:
+    """0-based ranks, ties counted against the model (pessimistic) or for it (optimistic): (caption
+    retrieval, one per image; image retrieval, one per caption). ValueError on a non-finite error."""
     n_caps, n_ims = errors.shape
     if n_caps != per_image * n_ims:
         raise ValueError(f"want {per_image} captions per image, got {n_caps} captions for {n_ims} images")
+    refuse_non_finite(errors, "captions' order-violation errors")
+    before = torch.lt if optimistic else torch.le  # a wrong candidate this close ranks before the right one
     owner = torch.arange(n_caps, device=errors.device) // per_image
     own = owner.unsqueeze(1) == torch.arange(n_ims, device=errors.device).unsqueeze(0)  # (C, I)
-    # image retrieval: wrong images at most as bad as the caption's own image (its own counts itself once)
+    # image retrieval: wrong images at most as bad as the caption's own image (not counting its own)
     positive = errors.gather(1, owner.unsqueeze(1))
-    image_ranks = (errors <= positive).sum(1) - 1
+    image_ranks = (before(errors, positive) & ~own).sum(1)
     # caption retrieval: wrong captions at most as bad as the image's best own caption
     best_own = errors.masked_fill(~own, float("inf")).min(0).values
-    caption_ranks = ((errors <= best_own.unsqueeze(0)) & ~own).sum(0)
+    caption_ranks = (before(errors, best_own.unsqueeze(0)) & ~own).sum(0)
     return caption_ranks, image_ranks
 
 
@@ -82,8 +101,13 @@ def summarize(rank: Tensor, prefix: str) -> dict[str, float]:
 
 
 def recall_metrics(errors: Tensor) -> dict[str, float]:
-    caption_ranks, image_ranks = ranks(errors)
-    return {**summarize(caption_ranks, "caption"), **summarize(image_ranks, "image")}
+    """The metrics both ways with ties counted against the model, and the same keys + OPTIMISTIC for it."""
+    metrics = {}
+    for suffix, optimistic in (("", False), (OPTIMISTIC, True)):
+        caption_ranks, image_ranks = ranks(errors, optimistic=optimistic)
+        for key, value in {**summarize(caption_ranks, "caption"), **summarize(image_ranks, "image")}.items():
+            metrics[key + suffix] = value
+    return metrics
 
 
 def fold_metrics(captions: Tensor, images: Tensor, n_folds: int) -> dict[str, float]:
@@ -91,6 +115,8 @@ def fold_metrics(captions: Tensor, images: Tensor, n_folds: int) -> dict[str, fl
 
     The paper's protocol: a 5000-image test set in 5 folds of 1000 images / 5000 captions.
     """
+    refuse_non_finite(captions, "caption embeddings")
+    refuse_non_finite(images, "image embeddings")
     n_ims = images.shape[0]
     if n_ims % n_folds:
         raise ValueError(f"{n_ims} images do not split into {n_folds} equal folds")
@@ -101,5 +127,7 @@ def fold_metrics(captions: Tensor, images: Tensor, n_folds: int) -> dict[str, fl
         for f in range(n_folds)
     ]
     metrics = {key: sum(fold[key] for fold in folds) / n_folds for key in folds[0]}
-    metrics["rsum"] = sum(metrics[f"{side}_r{k}"] for side in ("caption", "image") for k in (1, 5, 10))
+    for suffix in ("", OPTIMISTIC):
+        metrics["rsum" + suffix] = sum(metrics[f"{side}_r{k}{suffix}"]
+                                       for side in ("caption", "image") for k in (1, 5, 10))
     return metrics

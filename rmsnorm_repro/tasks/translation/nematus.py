@@ -6,14 +6,17 @@ are the defaults here (configs/data/wmt14_nematus.yaml):
   <root>/<prefix>.<lang>   Moses-tokenized, truecased, BPE-segmented text ("@@ " marks a split word), one
                            sentence a line: corpus.bpe.*, newstest2013.bpe.* ... (preprocess.sh:28-71)
   <root>/<dictionary>      Nematus' JSON vocabulary of one side (data/build_dictionary.py: word -> id,
-                           "eos" 0, "UNK" 1, the words by falling frequency from 2): corpus.bpe.<lang>.json
+                           "eos" 0, "UNK" 1, the words by falling frequency from 2; from Nematus 1487724 / v0.4
+                           "<EOS>" 0, "<GO>" 1, "<UNK>" 2, the words from 3): corpus.bpe.<lang>.json
   <root>/<prefix>.<tgt>    the raw references BLEU scores against (download_files.sh:54-76: newstest2013.de ...)
 Source and target have their own vocabulary. A line is its words split on ASCII white space, a word not
-in the dictionary or with an id at or above the side's n_words limit is UNK (Nematus data_iterator.py:83-95,
-136-195). Nematus id k >= 2 is the suite's k + 2, UNK stays 1 and eos is the suite's EOS, so PAD (0) and
-BOS (2) keep their ids. Translations are turned back into text as wmt17's postprocess.sh:17-19 does:
-"@@ " removed, detruecased and Moses-detokenized (sacremoses, Moses' scripts in Python), then scored
-against the raw references with the suite's sacreBLEU."""
+in the dictionary or with an id at or above the side's n_words limit is the unknown id (Nematus
+data_iterator.py:83-95, 136-195: 1; v0.4: 2), a limit above the dictionary's ids is bounded by them. Each
+format is read as its Nematus reads it (DictionaryFormat): eos is the suite's EOS, the unknown id its UNK
+(decoded as the dictionary's word there, as seq2words writes it), v0.4's <GO> its BOS, and word k the
+suite's k + 2 (v0.3) or k + 1 (v0.4), so PAD (0) is no word's id. Translations are turned back into text
+as wmt17's postprocess.sh:17-19 does: "@@ " removed, detruecased and Moses-detokenized (sacremoses, Moses'
+scripts in Python), then scored against the raw references with the suite's sacreBLEU."""
 from __future__ import annotations
 
 import hashlib
@@ -21,6 +24,7 @@ import json
 import logging
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,16 +34,37 @@ from ..paper_data import NEMATUS_DATA_URL as AUTHORS_URL
 from .vocab import BOS, EOS, PAD, UNK
 
 NAME = "wmt14_nematus"
-UNK_WORD = "UNK"  # what Nematus writes for an unknown id (util.py seq2words: the dictionary's own "UNK")
+UNK_WORD = "UNK"  # what Nematus writes for an id its dictionary lacks (util.py seq2words)
 # Nematus (Python 2) splits a line's bytes, so at ASCII white space only: a no-break space or U+2009 inside a
 # token stays in it, as in the dictionary (build_dictionary.py splits at " "), where Python 3's split would cut
 ASCII_SPACE = re.compile(r"[ \t\n\r\x0b\x0c]+")
 log = logging.getLogger(__name__)
 
 
-def suite_id(nematus_id: int) -> int:
-    """Nematus' id of a word as the suite's: eos 0 -> EOS, UNK 1 -> UNK, k -> k + 2."""
-    return EOS if nematus_id == 0 else UNK if nematus_id == 1 else nematus_id + 2
+@dataclass(frozen=True)
+class DictionaryFormat:
+    """Nematus' special ids in one dictionary format, and where its words start."""
+    version: str
+    specials: dict[int, int]  # Nematus id -> the suite's
+    first_word: int  # the first word's Nematus id; the suite's id of word k is k + (EOS + 1 - first_word)
+
+    def suite_id(self, nematus_id: int) -> int:
+        return self.specials.get(nematus_id, nematus_id + EOS + 1 - self.first_word)
+
+    @property
+    def unk(self) -> int:
+        return next(i for i, ours in self.specials.items() if ours == UNK)
+
+
+# build_dictionary.py up to 3655c38 / v0.3: "eos" 0, "UNK" 1, words from 2 (nmt.py hard-codes 1 as unknown);
+# from 1487724 (v0.4): "<EOS>" 0, "<GO>" 1, "<UNK>" 2, words from 3 (data_iterator.py unk_val = 2; util.py
+# load_dict tells them apart by "<GO>" at 1, as here)
+V03 = DictionaryFormat("v0.3 (eos 0, UNK 1)", {0: EOS, 1: UNK}, 2)
+V04 = DictionaryFormat("v0.4 (<EOS> 0, <GO> 1, <UNK> 2)", {0: EOS, 1: BOS, 2: UNK}, 3)
+
+
+def dictionary_format(words: Mapping[str, int]) -> DictionaryFormat:
+    return V04 if words.get("<GO>") == 1 else V03
 
 
 class NematusVocab:
@@ -52,14 +77,22 @@ class NematusVocab:
                  detruecase: bool = True, detokenize: bool = True):
         raw = Path(path).read_bytes()
         words = _dictionary(raw, path)
-        # null: the whole dictionary, as Nematus sizes a vocabulary it is not given (nmt.py:747-755)
-        limit = max(words.values()) + 1 if n_words is None else int(n_words)
-        if limit < 2:
-            raise ValueError(f"data.n_words / data.n_words_src = {limit} leaves no word of {path} (Nematus' eos and "
-                             "UNK are ids 0 and 1): give more, or null for the whole dictionary")
-        self.ids = {word: suite_id(i) for word, i in words.items() if i < limit}
+        form = dictionary_format(words)
+        size = max(words.values()) + 1
+        # null: the whole dictionary, as Nematus sizes a vocabulary it is not given (nmt.py:747-755); a limit
+        # above it would size the model for ids that name no word (n_words 1e9: a 256 GB embedding)
+        limit = size if n_words is None else min(int(n_words), size)
+        if n_words is not None and int(n_words) > size:
+            log.info(f"data.n_words / data.n_words_src: n_words {int(n_words)} is above the {size} ids of "
+                     f"{Path(path).name}: bounded to {size}")
+        if limit <= form.first_word:
+            raise ValueError(f"data.n_words / data.n_words_src = {limit} leaves no word of {path} (a Nematus "
+                             f"{form.version} dictionary): give more, or null for the whole dictionary")
+        self.ids = {word: form.suite_id(i) for word, i in words.items() if i < limit}
         self.words = {i: word for word, i in self.ids.items() if i > EOS}
-        self.size = limit + 2
+        # what Nematus' seq2words writes for the unknown id: its dictionary's word there ("UNK", "<UNK>")
+        self.words[UNK] = next((word for word, i in words.items() if i == form.unk), UNK_WORD)
+        self.size = form.suite_id(limit - 1) + 1
         self.lang, self.detruecase, self.detokenize = lang, bool(detruecase), bool(detokenize)
         if self.detruecase or self.detokenize:
             try:  # known now, not at the first evaluation
