@@ -170,12 +170,28 @@ def shown_source(source: str) -> str:
 
 # What may change on resume ----------------------------------------------------------------------
 BUDGET = ("train.steps", "train.max_minutes")  # a run may be extended (runner/optim.py checks the schedule)
-# where files go, how runs are logged, the allocator: none of them touches a number
-HARMLESS = ("paths", "logger", "allocator")
+# Keys that change no number of what is trained: where files go (data.root: where the data set named by
+# data.name lies), how a run is logged, launched and checkpointed, the allocator, and the divergence guard
+# (it ends a run already blowing up, and says so in its status: a run that completed trained the same
+# steps under any train.max_loss). A resume may change them, and runs that differ only in them are one group.
+HARMLESS = ("paths", "logger", "hydra", "allocator", "data.root", "train.log_every", "train.checkpoint_every",
+            "train.max_loss")
 EVAL_ONLY = ("task.decode",)  # how a trained model is scored: a finished run is re-evaluated
 SELECTION = ("train.select_metric", "train.select_mode")  # which evaluated weights are tested
 RECORD_ONLY = ("overrides",)  # config.yaml's note of the command line, not part of the config
 ABSENT = "<absent>"
+
+
+# Which keys group runs: runs are seeds of one group (report/aggregate, compare, claims, the pages and the
+# campaigns) unless they differ in a key that changes what is trained. Not such a key: the seed (what a group
+# averages over), HARMLESS, the device (cpu or cuda: the speed, which the environment records), the time
+# budget (a run it cut short says so in its step count) and config.yaml's note of the command line.
+NOT_A_GROUP = ("seed", "device", "train.max_minutes", *HARMLESS, *RECORD_ONLY)
+
+
+def splits_groups(key: str) -> bool:
+    """Whether runs differing in this config key (dotted) are in different groups."""
+    return not _under(key, NOT_A_GROUP)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:

@@ -215,3 +215,66 @@ def test_one_verdict_rule_an_interval_against_the_margin():
     assert claims.difference_verdict(S(31.0, 0.1, 3), S(30.0, 0.1, 3), "min") == claims.WORSE
     assert claims.difference_verdict(S(30.1, 1.0, 3), S(30.0, 1.0, 3), "max") == claims.WITHIN_NOISE
     assert claims.difference_verdict(S(30.1, 1.0, 1), S(30.0, 1.0, 3), "max") == claims.TOO_FEW
+
+
+# Issue 54: one rule for which keys group runs (record.splits_groups) ---------------------------------
+SMALL_RUNS = Path(__file__).resolve().parents[2] / "results" / "small" / "runs" / "rnnsearch"
+
+
+def _small_runs_plus_a_seed(tmp_path: Path, **changes: object) -> Path:
+    """results/small's RNNSearch runs (seeds 1 and 2, written before train.max_loss existed) and a seed 3 of
+    rmsnorm and layernorm as today's suite writes it: train.max_loss 1e6, plus `changes` (dotted keys)."""
+    import shutil
+
+    root = tmp_path / "rnnsearch"
+    shutil.copytree(SMALL_RUNS, root)
+    for norm in ("rmsnorm", "layernorm"):
+        new = root / f"{norm}-p1.0-s3"
+        shutil.copytree(root / f"{norm}-p1.0-s2", new)
+        config = yaml.safe_load((new / "config.yaml").read_text())
+        config["seed"] = 3
+        config["train"]["max_loss"] = 1.0e6
+        for key, value in changes.items():
+            *parents, leaf = key.split(".")
+            node = config
+            for part in parents:
+                node = node[part]
+            node[leaf] = value
+        (new / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        summary = json.loads((new / "summary.json").read_text())
+        (new / "summary.json").write_text(json.dumps({**summary, "seed": 3}))
+    return root
+
+
+@pytest.mark.parametrize("changes", [{}, {"data.root": "/elsewhere/multi30k"}, {"allocator": "default"},
+                                     {"train.log_every": 5, "train.checkpoint_every": 50}],
+                         ids=["max_loss", "data_root", "allocator", "log_and_checkpoint_every"])
+def test_a_new_seed_joins_the_old_records_group(tmp_path, changes):
+    # record.filled_config gives the old records train.max_loss None (they trained without it); a new run has
+    # 1e6: no step of a completed run differs, so the seeds stay one group (they split into n=2 and n=1, and
+    # both "RMSNorm matches" claims turned from holds to cannot tell)
+    from rmsnorm_repro.report import compare
+
+    runs = aggregate.load_runs(_small_runs_plus_a_seed(tmp_path, **changes))
+    sizes = {group.label: len(group.runs) for group in aggregate.group_runs(runs)}
+    assert sizes == {"none": 2, "layernorm": 3, "rmsnorm": 3, "prmsnorm p=0.0625": 2}
+    assert compare.differing_keys(runs) == ["norm.name"]
+
+
+def test_an_old_record_without_the_allocator_key_joins_todays_runs(tmp_path):
+    root = _small_runs_plus_a_seed(tmp_path)
+    for old in root.glob("*-s[12]"):  # recorded before `allocator` existed: filled as "default"; today's: tuned
+        config = yaml.safe_load((old / "config.yaml").read_text())
+        del config["allocator"]
+        (old / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    groups = aggregate.group_runs(aggregate.load_runs(root))
+    assert sorted(len(group.runs) for group in groups) == [2, 2, 3, 3]
+
+
+def test_a_key_that_changes_what_is_trained_still_splits():
+    from rmsnorm_repro import record
+
+    assert record.splits_groups("optim.lr") and record.splits_groups("train.steps")
+    assert record.splits_groups("data.name") and record.splits_groups("train.precision")
+    assert not any(record.splits_groups(key) for key in ("seed", "data.root", "train.max_loss", "allocator",
+                                                          "paths.runs_dir", "logger.name", "overrides"))
