@@ -19,7 +19,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..paths import table_command
-from ..record import (filled_config, flatten, is_number, lock_holder, read_config, read_metrics, read_summary,
+from ..record import (CONFIG_SEALED, filled_config, flatten, is_number, lock_holder, read_config, read_metrics, read_summary,
                       splits_groups)
 
 # Rows and curves follow the paper's order of methods.
@@ -173,7 +173,11 @@ def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None
         run_dir = summary_path.parent
         try:
             summary = read_summary(summary_path)
-            run = Run(run_dir, summary, filled_config(read_config(run_dir / "config.yaml"), summary))
+            config = read_config(run_dir / "config.yaml", seal_required=summary.get(CONFIG_SEALED) is True)
+            try:
+                run = Run(run_dir, summary, filled_config(config, summary))
+            except ValueError as err:
+                raise ValueError(f"{run_dir / 'config.yaml'}: {err}") from None
             run.history  # read now: a damaged metrics.jsonl leaves its run out here, not a whole report later
             runs.append(run)
         except ValueError as err:

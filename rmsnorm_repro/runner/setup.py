@@ -254,8 +254,9 @@ class RunDirLock:
 
 
 def write_config(run_dir: Path, config: dict[str, Any], overrides: list[str]) -> None:
-    """config.yaml: the resolved config, and the overrides it came from (record.RECORD_ONLY)."""
-    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create({**config, "overrides": overrides})))
+    """config.yaml: the resolved config, the overrides it came from (record.RECORD_ONLY) and its seal line."""
+    text = OmegaConf.to_yaml(OmegaConf.create({**config, "overrides": overrides}))
+    atomic_write_text(run_dir / "config.yaml", record.sealed(text))  # its last line tells a whole file from a cut one
 
 
 def environment(run: Run) -> dict[str, Any]:

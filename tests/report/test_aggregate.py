@@ -278,3 +278,35 @@ def test_a_key_that_changes_what_is_trained_still_splits():
     assert record.splits_groups("data.name") and record.splits_groups("train.precision")
     assert not any(record.splits_groups(key) for key in ("seed", "data.root", "train.max_loss", "allocator",
                                                           "paths.runs_dir", "logger.name", "overrides"))
+
+
+# Issue 54: a config.yaml is known complete before it is read -----------------------------------------
+@pytest.mark.parametrize("cut", ["mid_value", "after_a_header", "seal_line_gone"])
+def test_a_cut_config_yaml_of_a_fresh_run_is_named_and_left_out(tmp_path, tiny_cfg, cut):
+    from rmsnorm_repro.runner import run
+
+    for seed in (1, 2):
+        run(tiny_cfg(f"seed={seed}", "train.steps=2", "train.eval_every=2"), tmp_path / "runs" / f"s{seed}")
+    config = tmp_path / "runs" / "s2" / "config.yaml"
+    text = config.read_text()
+    assert text.splitlines()[-1].startswith("# the config above is complete: sha1 ")
+    # `lr: 0.01` cut to `lr: 0.0` is still valid YAML: it read as another run (a group of its own)
+    at = {"mid_value": text.index("lr: 0.01") + len("lr: 0.0"), "after_a_header": text.index("train:") + 7,
+          "seal_line_gone": text.rstrip("\n").rindex("\n") + 1}[cut]
+    config.write_text(text[:at])
+    unreadable: list = []
+    runs = aggregate.load_runs(tmp_path / "runs", unreadable)
+    assert [run.seed for run in runs] == [1]
+    assert [path.name for path, _ in unreadable] == ["s2"]
+    assert "config.yaml was cut short" in unreadable[0][1] and "\n" not in unreadable[0][1]
+
+
+def test_an_old_record_cut_after_a_header_is_one_line_not_a_type_error(tmp_path):
+    # a config.yaml of a run older than the seal line, cut after `train:`: train is null, and filling in
+    # train.compile (record.ADDED_KEYS) raised a TypeError in record.unflatten
+    run = write_run(tmp_path, "rmsnorm", 1)
+    (run / "config.yaml").write_text("seed: 1\ntrain:\n")
+    unreadable: list = []
+    assert aggregate.load_runs(tmp_path, unreadable) == []
+    [(path, why)] = unreadable
+    assert path == run and why.startswith(f"{run / 'config.yaml'}: train holds null") and "cut short" in why

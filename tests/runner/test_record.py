@@ -204,3 +204,16 @@ def test_what_changes_no_number_may_change_on_resume():
     assert not found.refused and len(found.harmless) == 4
     assert record.changes(saved, {**new, "data": {"name": "wmt14", "root": "/mnt/m30k"}}).refused == [
         "data.name: 'multi30k' -> 'wmt14'"]
+
+
+def test_a_sealed_config_reads_whole_and_a_changed_one_is_refused(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(record.sealed("seed: 1\noptim:\n  lr: 0.001\n"))
+    assert record.read_config(path, seal_required=True) == {"seed": 1, "optim": {"lr": 0.001}}
+    path.write_text(path.read_text().replace("0.001", "0.002"))
+    with pytest.raises(record.RecordError, match="cut short or edited"):
+        record.read_config(path)
+    path.write_text("seed: 1\noptim:\n  lr: 0.0")  # an older run's file has no seal: read as it is
+    assert record.read_config(path) == {"seed": 1, "optim": {"lr": 0.0}}
+    with pytest.raises(record.RecordError, match="cut short"):
+        record.read_config(path, seal_required=True)
