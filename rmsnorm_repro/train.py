@@ -33,6 +33,7 @@ from .paths import configs_dir
 from .redact import scrub_yaml_file
 from .runner import gpus, run
 from .runner.distributed import requested_world
+from .runner.setup import RunDirLock
 from .runner.signals import forward_to_workers, in_sweep_worker, park_if_sweep_stops
 
 
@@ -107,6 +108,8 @@ def main() -> None:
     try:
         _main()
     finally:
+        for lock in list(RunDirLock.held.values()):  # taken before Hydra wrote (busy_run) by a run that never began
+            lock.release()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
