@@ -76,7 +76,8 @@ def _job(cfg: DictConfig) -> None:
         with job_gpu(cfg, hydra_cfg):
             summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"),
                           overrides=list(hydra_cfg.overrides.task))
-    except (ConfigError, OmegaConfBaseException, OSError) as e:  # bad input, an unresolved interpolation, a disk
+    # bad input, an unresolved interpolation, a run file a resume cannot read, a disk
+    except (ConfigError, OmegaConfBaseException, record.RecordError, OSError) as e:
         if os.environ.get("RMSNORM_FULL_ERROR") == "1" or isinstance(e, OSError) and e.errno not in DISK_ERRORS:
             raise
         print(f"error: {one_line(disk_error_line(e) if isinstance(e, OSError) else str(e))}", file=sys.stderr, flush=True)
