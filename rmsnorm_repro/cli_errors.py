@@ -55,6 +55,19 @@ def _number(value: object) -> float | None:
         return None
 
 
+def launcher_kind(args: list[str]) -> str:
+    """Where the command line's sweep runs its jobs: "slurm", "submitit_local" (launcher=local_parallel),
+    "joblib" or "local" (basic: in this process)."""
+    settings = _settings(args)
+    if settings.get("launcher") == "slurm" or settings.get("hydra/launcher") == "submitit_slurm":
+        return "slurm"
+    if settings.get("launcher") == "local_parallel" or settings.get("hydra/launcher") == "submitit_local":
+        return "submitit_local"
+    if settings.get("launcher") == "joblib" or settings.get("hydra/launcher") == "joblib":
+        return "joblib"
+    return "local"
+
+
 def launcher_unusable(args: list[str]) -> str | None:
     """Why the command line's launcher cannot do what it says here, else None: `launcher=slurm` (or Hydra's own
     `hydra/launcher=submitit_slurm`) without -m (Hydra runs the job in this process: on a login node, it trains
