@@ -19,8 +19,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..paths import table_command
-from ..record import (CONFIG_SEALED, filled_config, flatten, is_number, lock_holder, read_config, read_metrics, read_summary,
-                      splits_groups)
+from ..record import (CONFIG_SEALED, filled_config, flatten, is_number, lock_holder, read_config, read_metrics,
+                      read_summary, splits_groups)
 
 # Rows and curves follow the paper's order of methods.
 NORM_ORDER = ("none", "batchnorm", "weightnorm", "l2norm", "layernorm", "rmsnorm", "prmsnorm")
