@@ -28,23 +28,68 @@ def disk_error_line(e: OSError) -> str:
             "folders you can write, or fix the folder's permissions")
 
 
+def _settings(args: list[str]) -> dict[str, object]:
+    """The command line's plain overrides as Hydra parses them (key or group -> value; `+key`, quotes and
+    blanks as Hydra reads them); sweeps, deletions and what does not parse (Hydra reports it) left out."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser, found = OverridesParser.create(), {}
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        try:
+            [override] = parser.parse_overrides([arg])
+        except HydraException:
+            continue
+        if not override.is_sweep_override() and not override.is_delete():
+            found[override.key_or_group] = override.value()
+    return found
+
+
+def _number(value: object) -> float | None:
+    """A value as the launcher's int/float field reads it ("00" and 0.0 are 0), else None."""
+    try:
+        return float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def launcher_kind(args: list[str]) -> str:
+    """Where the command line's sweep runs its jobs: "slurm", "submitit_local" (launcher=local_parallel),
+    "joblib" or "local" (basic: in this process)."""
+    settings = _settings(args)
+    if settings.get("launcher") == "slurm" or settings.get("hydra/launcher") == "submitit_slurm":
+        return "slurm"
+    if settings.get("launcher") == "local_parallel" or settings.get("hydra/launcher") == "submitit_local":
+        return "submitit_local"
+    if settings.get("launcher") == "joblib" or settings.get("hydra/launcher") == "joblib":
+        return "joblib"
+    return "local"
+
+
 def launcher_unusable(args: list[str]) -> str | None:
-    """Why the command line's launcher cannot do what it says here, else None: `launcher=slurm` without -m
-    (Hydra runs the job in this process: on a login node, it trains there) or without sbatch (submitit
-    fails in 40 lines), `hydra.launcher.n_jobs=0` (joblib's traceback) and `hydra.launcher.timeout_min=0`
-    (submitit then reports each job as a SLURM job that ended without a result, even a local one)."""
-    if "hydra.launcher.n_jobs=0" in args:
-        return "hydra.launcher.n_jobs=0 runs nothing: give 1 or more jobs at a time (-1: one per CPU core)"
-    if any(re.fullmatch(r"hydra\.launcher\.timeout_min=(0+(\.0*)?|\.0+)", arg) for arg in args):
-        return ("hydra.launcher.timeout_min=0 ends every job as it starts: give the minutes a job may take "
-                "(the run itself stops cleanly at train.max_minutes)")
-    if "launcher=slurm" not in args:
+    """Why the command line's launcher cannot do what it says here, else None: `launcher=slurm` (or Hydra's own
+    `hydra/launcher=submitit_slurm`) without -m (Hydra runs the job in this process: on a login node, it trains
+    there) or without sbatch (submitit fails in 40 lines), `hydra.launcher.n_jobs=0` (joblib's traceback) and
+    `hydra.launcher.timeout_min=0` (submitit then reports each job as a SLURM job that ended without a result,
+    even a local one). Values are read as Hydra reads them: n_jobs=00 is 0."""
+    settings = _settings(args)
+    if "hydra.launcher.n_jobs" in settings and _number(settings["hydra.launcher.n_jobs"]) == 0:
+        return (f"hydra.launcher.n_jobs={settings['hydra.launcher.n_jobs']} runs nothing: give 1 or more jobs at a "
+                "time (-1: one per CPU core)")
+    if "hydra.launcher.timeout_min" in settings and _number(settings["hydra.launcher.timeout_min"]) == 0:
+        return (f"hydra.launcher.timeout_min={settings['hydra.launcher.timeout_min']} ends every job as it starts: "
+                "give the minutes a job may take (the run itself stops cleanly at train.max_minutes)")
+    slurm = ("launcher=slurm" if settings.get("launcher") == "slurm" else
+             "hydra/launcher=submitit_slurm" if settings.get("hydra/launcher") == "submitit_slurm" else None)
+    if slurm is None:
         return None
     if not {"-m", "--multirun"} & set(args):
-        return ("launcher=slurm submits a sweep's jobs to SLURM and takes effect only with -m: add -m (a single "
-                "run is a sweep of one), or drop launcher=slurm to train in this process")
+        return (f"{slurm} submits a sweep's jobs to SLURM and takes effect only with -m: add -m (a single "
+                f"run is a sweep of one), or drop {slurm} to train in this process")
     if shutil.which("sbatch") is None:
-        return ("launcher=slurm needs SLURM's sbatch, and there is no SLURM here (no sbatch on PATH): run the "
+        return (f"{slurm} needs SLURM's sbatch, and there is no SLURM here (no sbatch on PATH): run the "
                 "sweep on the cluster's login node, or train here with launcher=joblib")
     return None
 

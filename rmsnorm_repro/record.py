@@ -171,12 +171,28 @@ def shown_source(source: str) -> str:
 
 # What may change on resume ----------------------------------------------------------------------
 BUDGET = ("train.steps", "train.max_minutes")  # a run may be extended (runner/optim.py checks the schedule)
-# where files go, how runs are logged, the allocator: none of them touches a number
-HARMLESS = ("paths", "logger", "allocator")
+# Keys that change no number of what is trained: where files go (data.root: where the data set named by
+# data.name lies), how a run is logged, launched and checkpointed, the allocator, and the divergence guard
+# (it ends a run already blowing up, and says so in its status: a run that completed trained the same
+# steps under any train.max_loss). A resume may change them, and runs that differ only in them are one group.
+HARMLESS = ("paths", "logger", "hydra", "allocator", "data.root", "train.log_every", "train.checkpoint_every",
+            "train.max_loss")
 EVAL_ONLY = ("task.decode",)  # how a trained model is scored: a finished run is re-evaluated
 SELECTION = ("train.select_metric", "train.select_mode")  # which evaluated weights are tested
 RECORD_ONLY = ("overrides",)  # config.yaml's note of the command line, not part of the config
 ABSENT = "<absent>"
+
+
+# Which keys group runs: runs are seeds of one group (report/aggregate, compare, claims, the pages and the
+# campaigns) unless they differ in a key that changes what is trained. Not such a key: the seed (what a group
+# averages over), HARMLESS, the device (cpu or cuda: the speed, which the environment records), the time
+# budget (a run it cut short says so in its step count) and config.yaml's note of the command line.
+NOT_A_GROUP = ("seed", "device", "train.max_minutes", *HARMLESS, *RECORD_ONLY)
+
+
+def splits_groups(key: str) -> bool:
+    """Whether runs differing in this config key (dotted) are in different groups."""
+    return not _under(key, NOT_A_GROUP)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -267,13 +283,17 @@ def filled_config(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
 
 
 def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
-    """flatten's inverse."""
+    """flatten's inverse. A key that holds a value and keys under it too (a config.yaml cut after a
+    section's header, `train:`, has train: null) is a RecordError."""
     tree: dict[str, Any] = {}
     for key, value in flat.items():
         *parents, leaf = key.split(".")
         node = tree
-        for part in parents:
+        for depth, part in enumerate(parents):
             node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise RecordError(f"{'.'.join(parents[:depth + 1])} holds {_kind(node)} where the config has keys "
+                                  f"under it ({key}): the file was cut short or edited; delete that run or rerun it")
         node[leaf] = value
     return tree
 
@@ -431,15 +451,49 @@ def read_lines(path: str | os.PathLike) -> list[str] | None:
     return _read_run_text(path).split("\n")[:-1] if path.exists() else None
 
 
-def read_config(path: str | os.PathLike) -> dict[str, Any]:
-    """A run's config.yaml as a plain dict ({} when there is none), or one RecordError naming it."""
+# config.yaml ends in this line and a hash of the text above it, so a file cut short (at `lr: 0.0` of
+# `lr: 0.001` it is still valid YAML) is told from a whole one. A summary.json with CONFIG_SEALED true says
+# its run's config.yaml has the line; files of older runs have none and are read as they are.
+CONFIG_SEAL = "# the config above is complete: sha1 "
+CONFIG_SEALED = "config_sealed"
+
+
+def _sha1(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def sealed(text: str) -> str:
+    """config.yaml's text with its seal line at the end."""
+    return f"{text}{CONFIG_SEAL}{_sha1(text)}\n"
+
+
+def unsealed(text: str, path: Any, seal_required: bool) -> str:
+    """The text of a config.yaml above its seal line, or RecordError when the file is cut short or edited:
+    the line's hash does not match, or it is missing where seal_required (its summary says it was written)."""
+    body, _, last = text.rstrip("\n").rpartition("\n")
+    if last.startswith(CONFIG_SEAL):
+        if _sha1(body + "\n" if body else "") == last[len(CONFIG_SEAL):].strip():
+            return body + "\n"
+        raise RecordError(f"{path} was cut short or edited (its text does not match the hash on its last line); "
+                          "delete that run or rerun it")
+    if seal_required:
+        raise RecordError(f"{path} was cut short (its last line, the hash its run wrote there, is missing); "
+                          "delete that run or rerun it")
+    return text
+
+
+def read_config(path: str | os.PathLike, seal_required: bool = False) -> dict[str, Any]:
+    """A run's config.yaml as a plain dict ({} when there is none), or one RecordError naming it (damaged,
+    or cut short: see unsealed; seal_required for a run whose summary.json says CONFIG_SEALED)."""
     import yaml  # lazy: the runner's entry point reads configs through OmegaConf
 
     path = Path(path)
     if not path.exists():
+        if seal_required:
+            raise RecordError(f"{path} is missing, though its run wrote one; delete that run or rerun it")
         return {}
     try:
-        config = yaml.safe_load(_read_run_text(path))
+        config = yaml.safe_load(unsealed(_read_run_text(path), path, seal_required))
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""

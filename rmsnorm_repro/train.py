@@ -26,14 +26,16 @@ from omegaconf.errors import OmegaConfBaseException
 import torch
 
 from . import record
-from .cli_errors import DISK_ERRORS, disk_error_line, launcher_unusable, one_line, slurm_error
+from .cli_errors import DISK_ERRORS, disk_error_line, launcher_kind, launcher_unusable, one_line, slurm_error
 from .errors import ConfigError
 from .launchers.sweep import end_unended
 from .paths import configs_dir
 from .redact import scrub_yaml_file
 from .runner import gpus, run
 from .runner.distributed import requested_world
-from .runner.signals import forward_to_workers, in_sweep_worker, park_if_sweep_stops
+from .runner.setup import RunDirLock
+from .runner.signals import (SWEEP_PID_ENV, forward_to_workers, in_sweep_process, in_sweep_worker,
+                             park_if_sweep_stops, stopped_in_process, sweep_job)
 
 
 class RunFailed(Exception):
@@ -71,11 +73,17 @@ def _job(cfg: DictConfig) -> None:
     if hydra_cfg.mode == RunMode.MULTIRUN:
         scrub_yaml_file(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
         gpus.restore_visible()
+    with sweep_job():  # in a sweep's worker: marked as running a job while it runs
+        _run_job(cfg, hydra_cfg, run_dir)
+
+
+def _run_job(cfg: DictConfig, hydra_cfg, run_dir: Path) -> None:
     try:
         with job_gpu(cfg, hydra_cfg):
             summary = run(cfg, run_dir, experiment=hydra_cfg.runtime.choices.get("experiment"),
                           overrides=list(hydra_cfg.overrides.task))
-    except (ConfigError, OmegaConfBaseException, OSError) as e:  # bad input, an unresolved interpolation, a disk
+    # bad input, an unresolved interpolation, a run file a resume cannot read, a disk
+    except (ConfigError, OmegaConfBaseException, record.RecordError, OSError) as e:
         if os.environ.get("RMSNORM_FULL_ERROR") == "1" or isinstance(e, OSError) and e.errno not in DISK_ERRORS:
             raise
         print(f"error: {one_line(disk_error_line(e) if isinstance(e, OSError) else str(e))}", file=sys.stderr, flush=True)
@@ -88,6 +96,8 @@ def _job(cfg: DictConfig) -> None:
             park_if_sweep_stops()
             # stopped on its own: the sweep's other jobs go on (an Exception, not an exit)
             raise RunInterrupted(code, f"{run_dir} was interrupted by {summary['interrupted_by']}")
+        if in_sweep_process():  # launcher=basic, joblib's n_jobs=1: the sweep stops with its job
+            stopped_in_process(summary["interrupted_by"])
         raise SystemExit(code)
 
 
@@ -103,10 +113,12 @@ def main() -> None:
     # the variables _main sets for this process and its job processes; restored after, so an
     # in-process caller (the tests, a notebook) keeps its own
     saved = {name: os.environ.get(name) for name in ("HYDRA_FULL_ERROR", "RMSNORM_FULL_ERROR", record.SWEPT_ENV,
-                                                     gpus.SWEEP_GPUS_ENV)}
+                                                     gpus.SWEEP_GPUS_ENV, SWEEP_PID_ENV)}
     try:
         _main()
     finally:
+        for lock in list(RunDirLock.held.values()):  # taken before Hydra wrote (busy_run) by a run that never began
+            lock.release()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -128,7 +140,7 @@ def _main() -> None:
         print(f"error: {launcher_line}", file=sys.stderr, flush=True)
         sys.exit(2)
     if {"-m", "--multirun"} & set(sys.argv):
-        forward_to_workers()  # a stopped sweep stops its worker processes too
+        forward_to_workers(launcher_kind(sys.argv[1:]))  # a stopped sweep stops its worker processes too
         gpus.remember_visible()  # local_parallel's jobs get it back (runner/gpus.py)
         # what the sweep varies names its job folders (record.job_dirname), in every job process
         try:

@@ -21,8 +21,12 @@ import time
 from pathlib import Path
 
 import torch
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
 from ..atomic import atomic_write_text
+from ..cli_errors import one_line
+from ..errors import ConfigError
 
 CPU_OPS = ("aten::native_layer_norm", "aten::native_layer_norm_backward", "rmsnorm_repro::rms_norm",
            "rmsnorm_repro::rms_norm_backward", "aten::native_batch_norm", "aten::native_batch_norm_backward")
@@ -108,6 +112,31 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _refused(opts: dict[str, str]) -> str | None:
+    """Why --profile's settings cannot run (one line), else None."""
+    from ..paths import configs_dir
+    from ..tasks import TASKS
+
+    scales = sorted(path.stem for path in (configs_dir() / "scale").glob("*.yaml"))
+    if opts["task"] not in TASKS:
+        return f"task={opts['task']} is not a task of this suite; choose one of: {', '.join(TASKS)}"
+    if opts.get("scale", "mini") not in scales:
+        return f"scale={opts['scale']} is not a scale; choose one of: {', '.join(scales)}"
+    if opts.get("device", "auto") not in ("auto", "cpu", "cuda"):
+        return f"device={opts['device']}: choose auto, cpu or cuda"
+    if opts.get("device") == "cuda" and not torch.cuda.is_available():
+        return "device=cuda, but torch sees no CUDA device here: use device=cpu"
+    if "steps" in opts and not (opts["steps"].isdigit() and int(opts["steps"]) > 0):
+        return f"steps={opts['steps']} is not a positive whole number of steps"
+    try:
+        fraction_ok = 0 < float(opts.get("batch_fraction", 1)) <= 1
+    except ValueError:
+        fraction_ok = False
+    if not fraction_ok:
+        return f"batch_fraction={opts['batch_fraction']} is not a fraction in (0, 1]"
+    return None
+
+
 def main(pairs: list[str], out: str = "results/speed") -> int:
     from ..host import cpu_name
 
@@ -117,6 +146,10 @@ def main(pairs: list[str], out: str = "results/speed") -> int:
         print(f"--profile takes task=<task> [scale=mini|paper] [device=auto|cpu|cuda] [steps=N] [batch_fraction=F]; got {' '.join(pairs)}",
               file=sys.stderr)
         return 2
+    why = _refused(opts)
+    if why is not None:
+        print(f"error: --profile {why}", file=sys.stderr)
+        return 2
     device = opts.get("device", "auto")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -124,7 +157,11 @@ def main(pairs: list[str], out: str = "results/speed") -> int:
     # paper sizes on a CPU: a tenth of the paper's batch, as the step table does
     fraction = float(opts.get("batch_fraction", 0.1 if (scale == "paper" and device == "cpu") else 1.0))
     torch.set_num_threads(torch.get_num_threads())
-    rows = run(opts["task"], scale, device, int(opts.get("steps", 5)), fraction)
+    try:
+        rows = run(opts["task"], scale, device, int(opts.get("steps", 5)), fraction)
+    except (HydraException, OmegaConfBaseException, ConfigError) as e:  # a setting the task's configs refuse
+        print(f"error: --profile {' '.join(pairs)}: {one_line(str(e))}", file=sys.stderr)
+        return 2
     label = torch.cuda.get_device_name(0) if device == "cuda" else f"{cpu_name()}, {torch.get_num_threads()} thread(s)"
     stem = f"profile-{opts['task']}-{scale}-{device}"
     path = Path(out) / f"{stem}.md"

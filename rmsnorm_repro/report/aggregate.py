@@ -19,11 +19,9 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..paths import table_command
-from ..record import filled_config, flatten, is_number, lock_holder, read_config, read_metrics, read_summary
+from ..record import (CONFIG_SEALED, filled_config, flatten, is_number, lock_holder, read_config, read_metrics,
+                      read_summary, splits_groups)
 
-# Config keys that never define a group: where outputs go, how they are logged, and the seed.
-NOT_SWEPT = ("seed", "paths.", "logger.", "hydra.", "device", "train.max_minutes", "train.checkpoint_every",
-             "train.log_every", "overrides")
 # Rows and curves follow the paper's order of methods.
 NORM_ORDER = ("none", "batchnorm", "weightnorm", "l2norm", "layernorm", "rmsnorm", "prmsnorm")
 # A status whose numbers are real: completed runs, and diverged runs for their step time only.
@@ -180,7 +178,11 @@ def load_runs(root: str | Path, unreadable: list[tuple[Path, str]] | None = None
         run_dir = summary_path.parent
         try:
             summary = read_summary(summary_path)
-            run = Run(run_dir, summary, filled_config(read_config(run_dir / "config.yaml"), summary))
+            config = read_config(run_dir / "config.yaml", seal_required=summary.get(CONFIG_SEALED) is True)
+            try:
+                run = Run(run_dir, summary, filled_config(config, summary))
+            except ValueError as err:
+                raise ValueError(f"{run_dir / 'config.yaml'}: {err}") from None
             run.history  # read now: a damaged metrics.jsonl leaves its run out here, not a whole report later
             runs.append(run)
         except ValueError as err:
@@ -245,7 +247,7 @@ def swept_keys(runs: list[Run]) -> list[str]:
     keys: set[str] = set()
     for configs in buckets.values():
         for key in set().union(*configs):
-            if key.startswith(NOT_SWEPT) or key in ("norm.p", "norm.name", "task.name"):
+            if not splits_groups(key) or key in ("norm.p", "norm.name", "task.name"):
                 continue
             if len({c[key] for c in configs if key in c}) > 1:  # a key a run lacks differs from nothing
                 keys.add(key)

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..atomic import atomic_write_text, cannot_write
-from ..record import ABSENT, metric_goal, printable
+from ..record import ABSENT, metric_goal, printable, splits_groups
 from . import figures as figs
-from .aggregate import NORM_ORDER, NOT_SWEPT, TRAINED, TRAINING, Group, Run, Stat, _flatten, load_runs
+from .aggregate import NORM_ORDER, TRAINED, TRAINING, Group, Run, Stat, _flatten, load_runs
 from .claims import difference_verdict
 from .aggregate import read_runs
 
@@ -122,7 +122,7 @@ def differing_keys(runs: list[Run]) -> list[str]:
     alphabetical order, each kept only when it splits the groups of the keys kept before it."""
     flat = [settings(run) for run in runs]
     keys = {key for config in flat for key in config
-            if not key.startswith(NOT_SWEPT) and key not in NEVER_A_GROUP}
+            if splits_groups(key) and key not in NEVER_A_GROUP}
     ordered = sorted(keys, key=lambda k: (KEY_ORDER.index(k) if k in KEY_ORDER else len(KEY_ORDER), k))
     kept: list[str] = []
     for key in ordered:

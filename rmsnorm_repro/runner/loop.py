@@ -86,7 +86,8 @@ def train_and_summarize(run: Run, state: TrainState) -> dict[str, Any]:
             raise
         # a crash (a bug, out of memory, a full disk): never leave a summary that claims anything else
         failed = scrub({
-            "record_version": record.RECORD_VERSION, **record.identity(run.cfg), "status": "failed", "steps": state.step, "step_ms_median": None,
+            "record_version": record.RECORD_VERSION, record.CONFIG_SEALED: True,
+            **record.identity(run.cfg), "status": "failed", "steps": state.step, "step_ms_median": None,
             "step_ms_mean": None, "s_per_1k_steps": None, "final": {}, "best": state.best,
             "env": environment(run), "error": f"{type(e).__name__}: {e}",
             "traceback": traceback.format_exc(limit=-8),
@@ -284,6 +285,7 @@ class Loop:
         timed_s = sum(state.step_ms) / 1e3
         summary = {
             "record_version": record.RECORD_VERSION,
+            record.CONFIG_SEALED: True,  # config.yaml ends in its seal line (record.read_config checks it)
             **record.identity(self.run.cfg),
             "status": status,
             "steps": state.step,

@@ -37,6 +37,10 @@ def inspect(run_dir: Path, config: dict[str, Any]) -> Resume:
             raise ConfigError(f"{run_dir} holds a checkpoint but no config.yaml, so a resume cannot be checked; "
                               f"give this run a new folder (hydra.run.dir=<new folder>)")
         return found
+    try:  # a seal line that does not match: the file was cut short or edited
+        record.unsealed(saved.read_text(errors="replace"), saved, seal_required=False)
+    except record.RecordError as e:
+        raise ConfigError(str(e)) from None
     try:
         found.saved_config = OmegaConf.to_container(OmegaConf.load(saved))
         owner = record.describe(record.identity(found.saved_config))

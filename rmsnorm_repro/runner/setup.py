@@ -235,9 +235,18 @@ def reselect(plan: Plan, state: TrainState, model: torch.nn.Module) -> None:
 
 class RunDirLock:
     """An exclusive flock on <run_dir>/.lock (record.LOCK_FILE), released when the run ends or its process dies (even by
-    SIGKILL, so a killed run never leaves a stale lock)."""
+    SIGKILL, so a killed run never leaves a stale lock). A single run takes it before Hydra writes into the folder
+    (launchers/busy_run.py); the run's own RunDirLock(run_dir) then is that lock, not a second one."""
+
+    held: dict[Path, "RunDirLock"] = {}  # this process's locks, by folder
+
+    def __new__(cls, run_dir: Path):
+        mine = cls.held.get(Path(run_dir).resolve())
+        return mine if mine is not None and not mine.file.closed else super().__new__(cls)
 
     def __init__(self, run_dir: Path):
+        if getattr(self, "file", None) is not None and not self.file.closed:  # held already (busy_run)
+            return
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / record.LOCK_FILE
         self.file = open(self.path, "a")
@@ -246,16 +255,26 @@ class RunDirLock:
         except BlockingIOError:
             self.file.close()
             raise ConfigError(record.busy(run_dir, record.lock_holder(run_dir))) from None
+        self.held[run_dir.resolve()] = self
 
     def release(self) -> None:
         if not self.file.closed:
             fcntl.flock(self.file, fcntl.LOCK_UN)
             self.file.close()
+        self.held.pop(self.path.parent.resolve(), None)
+
+    @classmethod
+    def release_held(cls, run_dir: Path) -> None:
+        """Release this process's lock on run_dir, if it holds one (a run that ended before taking it over)."""
+        mine = cls.held.get(Path(run_dir).resolve())
+        if mine is not None:
+            mine.release()
 
 
 def write_config(run_dir: Path, config: dict[str, Any], overrides: list[str]) -> None:
-    """config.yaml: the resolved config, and the overrides it came from (record.RECORD_ONLY)."""
-    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create({**config, "overrides": overrides})))
+    """config.yaml: the resolved config, the overrides it came from (record.RECORD_ONLY) and its seal line."""
+    text = OmegaConf.to_yaml(OmegaConf.create({**config, "overrides": overrides}))
+    atomic_write_text(run_dir / "config.yaml", record.sealed(text))  # its last line tells a whole file from a cut one
 
 
 def environment(run: Run) -> dict[str, Any]:

@@ -105,6 +105,19 @@ def test_profile_cli_refuses_bad_arguments(capsys):
     assert "--profile takes task=<task>" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("setting", "said"), [
+    ("task=bogus", "task=bogus is not a task of this suite; choose one of: "), ("scale=huge", "scale=huge is not a scale"),
+    ("steps=0", "steps=0 is not a positive"), ("batch_fraction=x", "batch_fraction=x is not a fraction")])
+def test_profile_settings_it_cannot_run_are_one_line(capsys, setting, said):
+    # audit f15a5c5: `--profile task=bogus` was Hydra's 72-line MissingConfigException
+    from rmsnorm_repro.bench import profile
+
+    pairs = [setting] if setting.startswith("task=") else ["task=convpool", setting]
+    assert profile.main(pairs) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err and "Traceback" not in err
+
+
 # The bindings script --------------------------------------------------------------------------------------
 def test_every_binding_in_the_comparison_is_exact(ext):
     spec = importlib.util.spec_from_file_location("bench_binding", REPO / "scripts" / "bench_binding.py")

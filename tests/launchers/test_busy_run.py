@@ -34,3 +34,29 @@ def test_a_sweep_into_a_folder_where_a_job_trains_is_refused_before_hydra_writes
     assert "is running in" in proc.stderr and "hydra.sweep.dir" in proc.stderr
     assert (job_dir / ".hydra" / "overrides.yaml").read_text() == first
     assert not (job_dir / "train.log").exists() and not (sweep_dir / "seed=2").exists()
+
+
+def test_of_two_runs_started_at_once_in_one_folder_the_winner_keeps_its_own_hydra_files(tmp_path):
+    """Audit f15a5c5 case 6: both asked whether the folder was busy before either took its lock (at the
+    run's start, runner/setup), both wrote .hydra/, and whichever wrote last named the folder's command
+    whoever won the lock. The first run's start is slowed (TINY_TASK_IMPORT_S) so the second comes in
+    between: it took the lock, and the first, refused, had written .hydra/ already. Now the first holds
+    the lock before Hydra writes, and the second is refused before it writes."""
+    import subprocess
+    import time
+
+    from runner_fixtures.helpers import REPO, cli_args, cli_env
+
+    run_dir = tmp_path / "run"
+    common = ("task=tiny", "train.steps=2", "train.eval_every=2", f"hydra.run.dir={run_dir}")
+    first = subprocess.Popen(cli_args(*common, "seed=1"), env=cli_env(TINY_TASK_IMPORT_S="6"), cwd=REPO,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (run_dir / ".hydra" / "overrides.yaml").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    second = cli(*common, "seed=2")
+    assert first.wait(timeout=120) == 0, first.stderr.read()[-2000:]
+    assert second.returncode == 2 and "another process" in second.stderr and second.stderr.count("\n") == 1
+    assert "seed=1" in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert "seed=2" not in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert "seed: 1" in (run_dir / ".hydra" / "config.yaml").read_text()

@@ -215,3 +215,98 @@ def test_one_verdict_rule_an_interval_against_the_margin():
     assert claims.difference_verdict(S(31.0, 0.1, 3), S(30.0, 0.1, 3), "min") == claims.WORSE
     assert claims.difference_verdict(S(30.1, 1.0, 3), S(30.0, 1.0, 3), "max") == claims.WITHIN_NOISE
     assert claims.difference_verdict(S(30.1, 1.0, 1), S(30.0, 1.0, 3), "max") == claims.TOO_FEW
+
+
+# Issue 54: one rule for which keys group runs (record.splits_groups) ---------------------------------
+SMALL_RUNS = Path(__file__).resolve().parents[2] / "results" / "small" / "runs" / "rnnsearch"
+
+
+def _small_runs_plus_a_seed(tmp_path: Path, **changes: object) -> Path:
+    """results/small's RNNSearch runs (seeds 1 and 2, written before train.max_loss existed) and a seed 3 of
+    rmsnorm and layernorm as today's suite writes it: train.max_loss 1e6, plus `changes` (dotted keys)."""
+    import shutil
+
+    root = tmp_path / "rnnsearch"
+    shutil.copytree(SMALL_RUNS, root)
+    for norm in ("rmsnorm", "layernorm"):
+        new = root / f"{norm}-p1.0-s3"
+        shutil.copytree(root / f"{norm}-p1.0-s2", new)
+        config = yaml.safe_load((new / "config.yaml").read_text())
+        config["seed"] = 3
+        config["train"]["max_loss"] = 1.0e6
+        for key, value in changes.items():
+            *parents, leaf = key.split(".")
+            node = config
+            for part in parents:
+                node = node[part]
+            node[leaf] = value
+        (new / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        summary = json.loads((new / "summary.json").read_text())
+        (new / "summary.json").write_text(json.dumps({**summary, "seed": 3}))
+    return root
+
+
+@pytest.mark.parametrize("changes", [{}, {"data.root": "/elsewhere/multi30k"}, {"allocator": "default"},
+                                     {"train.log_every": 5, "train.checkpoint_every": 50}],
+                         ids=["max_loss", "data_root", "allocator", "log_and_checkpoint_every"])
+def test_a_new_seed_joins_the_old_records_group(tmp_path, changes):
+    # record.filled_config gives the old records train.max_loss None (they trained without it); a new run has
+    # 1e6: no step of a completed run differs, so the seeds stay one group (they split into n=2 and n=1, and
+    # both "RMSNorm matches" claims turned from holds to cannot tell)
+    from rmsnorm_repro.report import compare
+
+    runs = aggregate.load_runs(_small_runs_plus_a_seed(tmp_path, **changes))
+    sizes = {group.label: len(group.runs) for group in aggregate.group_runs(runs)}
+    assert sizes == {"none": 2, "layernorm": 3, "rmsnorm": 3, "prmsnorm p=0.0625": 2}
+    assert compare.differing_keys(runs) == ["norm.name"]
+
+
+def test_an_old_record_without_the_allocator_key_joins_todays_runs(tmp_path):
+    root = _small_runs_plus_a_seed(tmp_path)
+    for old in root.glob("*-s[12]"):  # recorded before `allocator` existed: filled as "default"; today's: tuned
+        config = yaml.safe_load((old / "config.yaml").read_text())
+        del config["allocator"]
+        (old / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    groups = aggregate.group_runs(aggregate.load_runs(root))
+    assert sorted(len(group.runs) for group in groups) == [2, 2, 3, 3]
+
+
+def test_a_key_that_changes_what_is_trained_still_splits():
+    from rmsnorm_repro import record
+
+    assert record.splits_groups("optim.lr") and record.splits_groups("train.steps")
+    assert record.splits_groups("data.name") and record.splits_groups("train.precision")
+    assert not any(record.splits_groups(key) for key in ("seed", "data.root", "train.max_loss", "allocator",
+                                                          "paths.runs_dir", "logger.name", "overrides"))
+
+
+# Issue 54: a config.yaml is known complete before it is read -----------------------------------------
+@pytest.mark.parametrize("cut", ["mid_value", "after_a_header", "seal_line_gone"])
+def test_a_cut_config_yaml_of_a_fresh_run_is_named_and_left_out(tmp_path, tiny_cfg, cut):
+    from rmsnorm_repro.runner import run
+
+    for seed in (1, 2):
+        run(tiny_cfg(f"seed={seed}", "train.steps=2", "train.eval_every=2"), tmp_path / "runs" / f"s{seed}")
+    config = tmp_path / "runs" / "s2" / "config.yaml"
+    text = config.read_text()
+    assert text.splitlines()[-1].startswith("# the config above is complete: sha1 ")
+    # `lr: 0.01` cut to `lr: 0.0` is still valid YAML: it read as another run (a group of its own)
+    at = {"mid_value": text.index("lr: 0.01") + len("lr: 0.0"), "after_a_header": text.index("train:") + 7,
+          "seal_line_gone": text.rstrip("\n").rindex("\n") + 1}[cut]
+    config.write_text(text[:at])
+    unreadable: list = []
+    runs = aggregate.load_runs(tmp_path / "runs", unreadable)
+    assert [run.seed for run in runs] == [1]
+    assert [path.name for path, _ in unreadable] == ["s2"]
+    assert "config.yaml was cut short" in unreadable[0][1] and "\n" not in unreadable[0][1]
+
+
+def test_an_old_record_cut_after_a_header_is_one_line_not_a_type_error(tmp_path):
+    # a config.yaml of a run older than the seal line, cut after `train:`: train is null, and filling in
+    # train.compile (record.ADDED_KEYS) raised a TypeError in record.unflatten
+    run = write_run(tmp_path, "rmsnorm", 1)
+    (run / "config.yaml").write_text("seed: 1\ntrain:\n")
+    unreadable: list = []
+    assert aggregate.load_runs(tmp_path, unreadable) == []
+    [(path, why)] = unreadable
+    assert path == run and why.startswith(f"{run / 'config.yaml'}: train holds null") and "cut short" in why

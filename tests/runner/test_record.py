@@ -192,3 +192,29 @@ def test_read_config_names_the_line_of_bad_yaml(tmp_path):
     with pytest.raises(record.RecordError, match=r"config.yaml is not valid YAML at line \d; delete that run"):
         record.read_config(path)
     assert record.read_config(tmp_path / "none.yaml") == {}
+
+
+def test_what_changes_no_number_may_change_on_resume():
+    # issue 54: one list (record.HARMLESS) for the resume and the groups; how often a run logs or checkpoints,
+    # where its data lies and the divergence guard were refused as "would change what is trained"
+    saved = {"train": {"log_every": 10, "checkpoint_every": 25, "max_loss": None, "steps": 100},
+             "data": {"name": "multi30k", "root": "data/m30k"}}
+    new = {"train": {"log_every": 1, "checkpoint_every": 5, "max_loss": 1e6, "steps": 100},
+           "data": {"name": "multi30k", "root": "/mnt/m30k"}}
+    found = record.changes(saved, new)
+    assert not found.refused and len(found.harmless) == 4
+    assert record.changes(saved, {**new, "data": {"name": "wmt14", "root": "/mnt/m30k"}}).refused == [
+        "data.name: 'multi30k' -> 'wmt14'"]
+
+
+def test_a_sealed_config_reads_whole_and_a_changed_one_is_refused(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(record.sealed("seed: 1\noptim:\n  lr: 0.001\n"))
+    assert record.read_config(path, seal_required=True) == {"seed": 1, "optim": {"lr": 0.001}}
+    path.write_text(path.read_text().replace("0.001", "0.002"))
+    with pytest.raises(record.RecordError, match="cut short or edited"):
+        record.read_config(path)
+    path.write_text("seed: 1\noptim:\n  lr: 0.0")  # an older run's file has no seal: read as it is
+    assert record.read_config(path) == {"seed": 1, "optim": {"lr": 0.0}}
+    with pytest.raises(record.RecordError, match="cut short"):
+        record.read_config(path, seal_required=True)

@@ -157,3 +157,74 @@ def test_hydra_s_own_log_file_in_a_read_only_run_folder_is_one_line(tmp_path, mo
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: cannot write") and "train.log" in err[0], err
+
+
+# Issue 54: every local launcher, idle workers, signals 20 ms apart ---------------------------------------
+def _stopped_sweep(tmp_path, launcher: tuple[str, ...], steps: str, presses: int, gap_s: float = 0.02):
+    """A sweep of the tiny task started as a terminal starts it, Ctrl-C'd `presses` times (SIGINT to its
+    whole process group, as a terminal sends it) once every job that trains long has trained; the
+    sweep's (exit code, stdout, stderr) and its run folders (the long job's first)."""
+    args = cli_args("-m", *launcher, "task=tiny", f"train.steps={steps}", "task.sleep_ms=20", "train.eval_every=1000",
+                    f"hydra.sweep.dir={tmp_path / 'sweep'}", f"paths.runs_dir={tmp_path}")
+    proc = subprocess.Popen(args, env=cli_env(), cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_as_from_a_terminal)
+    long_jobs = [s for s in steps.split(",") if int(s) > 100]
+    short_jobs = len(steps.split(",")) - len(long_jobs)
+
+    def ready() -> bool:  # the short jobs have ended, the long ones train
+        done = [p for p in tmp_path.rglob("summary.json")]
+        training = [p for p in tmp_path.rglob("metrics.jsonl") if p.stat().st_size > 0
+                    and not (p.parent / "summary.json").exists()]
+        return len(done) == short_jobs and len(training) == len(long_jobs)
+
+    _wait(ready, 120, proc)
+    for press in range(presses):
+        if press:
+            time.sleep(gap_s)
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    runs = sorted((p.parent for p in tmp_path.rglob("summary.json")),
+                  key=lambda d: json.loads((d / "summary.json").read_text())["status"] != "interrupted")
+    return proc.returncode, out, err, runs
+
+
+def _checkpointed(run_dir) -> bool:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return (summary["status"] == "interrupted"
+            and checkpoint.load(run_dir / "checkpoints" / "last.pt")["step"] == summary["steps"] > 0)
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_on_a_joblib_sweep_with_an_idle_worker_checkpoints_the_running_job(tmp_path, presses):
+    # audit f15a5c5: the idle worker died of the signal, loky took the pool for broken and killed the busy
+    # worker before it checkpointed: exit 130, no last.pt, "0 running job(s) checkpointed"
+    code, out, err, runs = _stopped_sweep(tmp_path, ("launcher=joblib", "hydra.launcher.n_jobs=2"), "4,3000", presses)
+    assert code == 128 + signal.SIGINT, err[-3000:]
+    assert len(runs) == 2 and _checkpointed(runs[0]), err[-3000:]
+    assert "1 running job(s) checkpointed their runs" in out, out
+    assert "Traceback" not in err and "SLURM" not in out + err
+
+
+@pytest.mark.parametrize("launcher", [("launcher=basic",), ("launcher=joblib", "hydra.launcher.n_jobs=1")],
+                         ids=["basic", "joblib_n_jobs_1"])
+def test_two_ctrl_cs_20_ms_apart_on_an_in_process_sweep_checkpoint_its_job(tmp_path, launcher):
+    # audit f15a5c5: the first Ctrl-C's handler gave the second back to the sweep's, which exited at once
+    # (os._exit) and said the jobs were SLURM's
+    code, out, err, runs = _stopped_sweep(tmp_path, launcher, "3000", presses=2)
+    assert code == 128 + signal.SIGINT, err[-3000:]
+    assert len(runs) == 1 and _checkpointed(runs[0]), err[-3000:]
+    assert "1 running job(s) checkpointed their runs" in out + err, out + err[-2000:]
+    assert "Traceback" not in err and "SLURM" not in out + err
+
+
+def test_ctrl_c_on_a_local_parallel_sweep_checkpoints_its_jobs_in_one_line(tmp_path):
+    # audit f15a5c5: saved, but submitit's 10-line traceback and "0 running job(s) checkpointed"
+    code, out, err, runs = _stopped_sweep(tmp_path, ("launcher=local_parallel",), "4,3000", presses=2)
+    assert code == 128 + signal.SIGINT, err[-3000:]
+    assert len(runs) == 2 and _checkpointed(runs[0]), err[-3000:]
+    assert "1 running job(s) checkpointed their runs" in out, out
+    assert "Traceback" not in err and "SLURM" not in out + err

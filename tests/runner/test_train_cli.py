@@ -167,3 +167,17 @@ def test_convpool_runs_through_the_cli(tmp_path):
     summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
     assert (summary["task"], summary["norm"], summary["p"], summary["status"]) == ("convpool", "prmsnorm", 0.125, "completed")
     assert 0 <= summary["final"]["error"] <= 100 and summary["step_ms_median"] > 0  # error in percent
+
+
+def test_a_resume_over_a_metrics_line_that_is_not_utf8_is_one_line(tmp_path, monkeypatch, capsys):
+    """Audit f15a5c5: record.RecordError from metrics.jsonl (runner/files.py) reached Hydra as a traceback."""
+    from runner_fixtures.helpers import SEARCHPATH, main_in_process
+
+    run_dir = tmp_path / "run"
+    base = [SEARCHPATH, "task=tiny", "train.eval_every=2", f"hydra.run.dir={run_dir}"]
+    assert main_in_process(monkeypatch, capsys, *base, "train.steps=2")[0] in (0, None)
+    with open(run_dir / "metrics.jsonl", "ab") as metrics:
+        metrics.write(b'{"step": 2, "loss": \xff}\n')
+    code, err = main_in_process(monkeypatch, capsys, *base, "train.steps=4")
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: ") and "metrics.jsonl: line" in err[0] and "not valid UTF-8" in err[0]

@@ -3,7 +3,8 @@
 The problem (blob centres, valid/test sets) is fixed; the seed changes the init and the batches.
 `task.sleep_ms` slows each batch so a test can kill a run mid-way; `task.crash_at` raises at a step.
 A test that sets SIGTERM_IN_EVAL to a split gets, once, an evaluation of that split that sends the
-run SIGTERM and then takes 20 s unless it stops between batches (as real evaluations do).
+run SIGTERM and then takes 20 s unless it stops between batches (as real evaluations do). The variable
+TINY_TASK_IMPORT_S slows this module's import (a run's start, before it trains) by that many seconds.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from rmsnorm_repro.tasks.base import Task
 
 
 SIGTERM_IN_EVAL: str | None = None
+time.sleep(float(os.environ.get("TINY_TASK_IMPORT_S", "0")))
 
 
 class TinyTask(Task):

@@ -141,5 +141,6 @@ def build(name: str = "rmsnorm_repro_cpu", extra_cflags: tuple[str, ...] = (), s
     except Exception as err:  # a compiler error, a missing header: whatever it is, fall back
         _fallback(f"building {source.name} failed ({str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__})")
         return None
-    log.info("fused CPU kernel %s ready in %.1f s (%s)", source.name, time.perf_counter() - start, module.__file__)
+    # the build cache's folder is this machine's (a home or checkout path): the run's log names none
+    log.info("fused CPU kernel %s ready in %.1f s", source.name, time.perf_counter() - start)
     return module
