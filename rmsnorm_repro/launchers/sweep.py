@@ -11,7 +11,6 @@ progress bar with its ETA (runner/console.py).
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time

@@ -19,8 +19,6 @@ from .aggregate import TRAIN_LOSS, TRAINED, Group, Run, Stat, group_runs, resolv
 from .paired import Measured
 from .rules import (FAILS, HOLDS, UNSURE, Claim, all_directions, direction, equivalence, fmt_stat as _fmt,
                     markdown as _table, non_inferiority, p_trend, power_note)
-# the rules' other names, for callers that read them as claims.X (report/compare.py, the tests)
-from .rules import BETTER, TOO_FEW, WITHIN_NOISE, WORSE, difference_interval, difference_verdict  # noqa: F401
 from .speed_claims import speed_claims, table3_claim
 
 # the BLEU a translation claim compares, the first both sides have: WMT14's test (paper scale), a test set

@@ -10,7 +10,7 @@ the task's headline metrics from summary.json's `final` (unprefixed: the test sp
 validation split at the selected step), the selected step, steps, the median ms/step with its 95%
 interval (aggregate.py), and minutes: mean ± std over its completed seeds, n of them; the best mean
 of each column in bold. Against a baseline group (--baseline key=value; by default norm=layernorm
-when the runs differ in norm) every difference gets claims.difference_verdict's word. Runs left out
+when the runs differ in norm) every difference gets rules.difference_verdict's word. Runs left out
 (interrupted, diverged, failed, in progress, unreadable or from a newer record version, a seed
 trained twice) are named. Writes compare.md and compare.png (train loss and the validation metric
 against step and wall time, a band over seeds per group).
@@ -31,9 +31,8 @@ from typing import Callable
 from ..atomic import atomic_write_text, cannot_write
 from ..record import ABSENT, metric_goal, printable, splits_groups
 from . import figures as figs
-from .aggregate import NORM_ORDER, TRAINED, TRAINING, Group, Run, Stat, _flatten, load_runs
-from .claims import difference_verdict
-from .aggregate import read_runs
+from .aggregate import NORM_ORDER, TRAINED, Group, Run, Stat, _flatten, read_runs
+from .rules import difference_verdict
 
 # the metrics of a task's row: a `final` key is shown when it is one of these or ends in "_" + one
 HEADLINE = {

@@ -12,7 +12,7 @@ import yaml
 from scipy import stats
 
 from rmsnorm_repro.report.paired import Measured
-from rmsnorm_repro.report import aggregate, claims, tables
+from rmsnorm_repro.report import aggregate, claims, rules, tables
 from rmsnorm_repro.report.__main__ import main as report_main
 
 ENV = {"torch": "2.14.1", "device": "cpu", "threads": 1}
@@ -200,7 +200,7 @@ def test_one_verdict_rule_an_interval_against_the_margin():
     # the interval is scipy's Welch interval of the same seeds
     x, base = np.array([29.9, 30.2, 30.5]), np.array([29.8, 30.0, 30.2])
     welch = stats.ttest_ind(x, base, equal_var=False).confidence_interval(0.90)
-    ours = claims.difference_interval(S(x.mean(), x.std(ddof=1), 3), S(base.mean(), base.std(ddof=1), 3), 0.90)
+    ours = rules.difference_interval(S(x.mean(), x.std(ddof=1), 3), S(base.mean(), base.std(ddof=1), 3), 0.90)
     assert np.allclose(ours, (welch.low, welch.high))
     verdict, why = claims.equivalence(S(30.2, 0.3, 3), S(30.0, 0.2, 3), 1.0, " BLEU")
     assert verdict == claims.HOLDS and "90% interval [-0.26, +0.66] vs +-1 BLEU: inside" in why
@@ -211,10 +211,10 @@ def test_one_verdict_rule_an_interval_against_the_margin():
     assert verdict == claims.UNSURE
     assert claims.equivalence(S(30.0, 0.0, 1), S(30.0, 0.0, 1), 1.0)[0] == claims.UNSURE
     # differences (rmsnorm-report compare): the 95% interval excludes 0, or it is within noise
-    assert claims.difference_verdict(S(31.0, 0.1, 3), S(30.0, 0.1, 3), "max") == claims.BETTER
-    assert claims.difference_verdict(S(31.0, 0.1, 3), S(30.0, 0.1, 3), "min") == claims.WORSE
-    assert claims.difference_verdict(S(30.1, 1.0, 3), S(30.0, 1.0, 3), "max") == claims.WITHIN_NOISE
-    assert claims.difference_verdict(S(30.1, 1.0, 1), S(30.0, 1.0, 3), "max") == claims.TOO_FEW
+    assert rules.difference_verdict(S(31.0, 0.1, 3), S(30.0, 0.1, 3), "max") == rules.BETTER
+    assert rules.difference_verdict(S(31.0, 0.1, 3), S(30.0, 0.1, 3), "min") == rules.WORSE
+    assert rules.difference_verdict(S(30.1, 1.0, 3), S(30.0, 1.0, 3), "max") == rules.WITHIN_NOISE
+    assert rules.difference_verdict(S(30.1, 1.0, 1), S(30.0, 1.0, 3), "max") == rules.TOO_FEW
 
 
 # Issue 54: one rule for which keys group runs (record.splits_groups) ---------------------------------
