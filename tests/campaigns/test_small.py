@@ -129,14 +129,19 @@ def test_make_small_chooses_precision_by_amx_and_passes_the_settings():
     out = subprocess.run(["make", "-n", "small", "SEEDS=1,2", "DATA_ROOT=/x/m30k", "SMALL_JOBS=1", "PRECISION=bf16"],
                          cwd=REPO, capture_output=True, text=True, timeout=30).stdout
     line = " ".join(out.replace("\\\n", " ").split())
-    assert ("-m rmsnorm_repro.campaigns.small --out results/small --data-root /x/m30k --jobs 1 --precision bf16 "
-            "--seeds 1,2") in line
+    # no SMALL_SEEDS: no --seeds, so campaigns/small.py's DEFAULT_SEEDS (1,2,3) decides, stated once there
+    assert line.endswith("-m rmsnorm_repro.campaigns.small --out results/small --data-root /x/m30k --jobs 1 "
+                         "--precision bf16") and small.DEFAULT_SEEDS == "1,2,3"
+    out = subprocess.run(["make", "-n", "small", "SMALL_SEEDS=1,2", "PRECISION=fp32"], cwd=REPO, capture_output=True,
+                         text=True, timeout=30).stdout
+    assert "--precision fp32 --seeds 1,2" in " ".join(out.replace("\\\n", " ").split())
 
 
 def fake_run(root: Path, task: str, norm: str, seed: int, bleu: dict[str, float] | None, ms: float,
-             status: str = "completed", data_info: dict | None = None) -> None:
-    """A run directory as the runner writes it (summary.json, config.yaml, metrics.jsonl)."""
-    p = 0.0625 if norm == "prmsnorm" else 1.0
+             status: str = "completed", data_info: dict | None = None, p: float | None = None) -> None:
+    """A run directory as the runner writes it (summary.json, config.yaml, metrics.jsonl); pRMSNorm at its
+    recipe's p unless p is given."""
+    p = p if p is not None else small.recipe_p(task) if norm == "prmsnorm" else 1.0
     path = root / task / f"{norm}-p{p}-s{seed}"
     path.mkdir(parents=True)
     model = ({"encoder_layers": 3, "decoder_layers": 3, "d_model": 256, "ffn_dim": 1024, "heads": 4, "dropout": 0.1}
@@ -194,7 +199,7 @@ def test_small_report_from_run_directories(tmp_path):
             "(n=1), RMSNorm 31.40 (n=1) (`valid_beam_bleu`); difference +0.40; 1 seed(s) on one side: an interval "
             "needs 2+ seeds a side") in text
     assert "| transformer: pRMSNorm's valid BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** |" in text
-    assert "## Every run" in text and "| rnnsearch | prmsnorm p=0.0625 | 1 | completed | 300 | - | - | 25.00 | 30.80 | 5.0 + 2.5 |" in text
+    assert "## Every run" in text and "| rnnsearch | prmsnorm p=0.125 | 1 | completed | 300 | - | - | 25.00 | 30.80 | 5.0 + 2.5 |" in text
     assert "transformer: rmsnorm is faster per step than LayerNorm" in text and "reader" not in text
     assert "5.0 + 2.5" in text  # minutes of training + final evaluation
     assert (out / "figures" / "transformer.png").exists() and "![rnnsearch](figures/rnnsearch.png)" in text
