@@ -61,7 +61,7 @@ SWEEPS = (
     Sweep("reader", "table6", 2),
     Sweep("retrieval", "table7", 2),
     Sweep("convpool", "table9", 3),
-    Sweep("rnnsearch-table3", "table3", 1),
+    Sweep("rnnsearch-table3", "table3", 1, "layernorm,rmsnorm"),
 )
 # minutes each sweep takes on a quiet 2-core AMD EPYC, 2 jobs: the progress bar's estimate until a sweep has a
 # time of its own (runs/logs/timings.json)
@@ -110,6 +110,14 @@ CLAIMS = (
 CLOCK_CLAIMS = {"Fig. 1 (per second)": "the runs shared the machine (--jobs runs at a time), so their own clocks "
                                        "are not comparable (the side-by-side step times are: speed.json)"}
 MOST_SEEDS = 20  # seeds a side looked at before a claim is called unaffordable here
+
+
+def sweep_runs(sweep: Sweep) -> int:
+    """How many runs a sweep has: its preset's sweep values, narrowed by the demo's overrides."""
+    preset = OmegaConf.load(configs_dir() / "experiment" / f"{sweep.experiment}.yaml")
+    params = {str(k): v for k, v in OmegaConf.select(preset, "hydra.sweeper.params", default={}).items()}
+    params.update(line.split("=", 1) for line in sweep.overrides)
+    return job_count(params)[0]
 
 
 def run_sweep(sweep: Sweep, runs_root: Path, logs: Path, jobs: int, max_minutes: float | None) -> tuple[int, float]:

@@ -33,3 +33,57 @@ def test_demo_says_its_runs_sweeps_place_and_time_before_it_starts(tmp_path: Pat
     assert demo.main(["--out", str(tmp_path / "mini"), "--only", "reader"]) == 0
     assert f"demo: 5 runs in 1 sweeps (reader) into {tmp_path / 'mini' / 'runs'}, 2 at a time, about 0 minutes" \
         in capsys.readouterr().out  # 1.5 s last time
+
+
+# Seeds per claim, from the measured spreads ------------------------------------------------------------
+from rmsnorm_repro.report.claims import Claim  # noqa: E402
+
+SPREADS = demo.load_spreads(demo.ROOT / "results" / "mini")
+
+
+def test_the_committed_spreads_cover_every_claim_the_demo_plans():
+    assert SPREADS, "results/mini/spreads.json: the spreads the demo's seeds were chosen from"
+    for entry in SPREADS.values():
+        for label, spread in entry.items():
+            assert set(spread) == {"metric", "sd", "n", "mean"} and spread["n"] >= 2 and spread["sd"] >= 0, label
+    names = {s.name for s in demo.SWEEPS}
+    assert all(plan.sweep is None or plan.sweep in names for plan in demo.CLAIMS)
+
+
+def test_every_claim_judged_at_mini_gets_from_its_sweep_the_seeds_a_50_percent_chance_needs():
+    """Seeds per claim are read from SWEEPS: a claim the page judges has at least the seeds its measured
+    spreads need (claim_power >= 50%); one it does not judge says why, with the seeds it would need."""
+    judged = 0
+    for plan in demo.CLAIMS:
+        decision = demo.decide(plan, SPREADS)
+        sweep = next((s for s in demo.SWEEPS if s.name == plan.sweep), None)
+        assert decision.seeds == (sweep.seeds if sweep else 0)
+        if decision.not_judged is None:
+            judged += 1
+            assert decision.needed is not None and sweep.seeds >= decision.needed and decision.power >= 0.5, plan
+        else:
+            assert decision.not_judged.startswith("not judged at mini: at the measured spread"), plan
+    assert judged >= 3  # Figure 1 per step, Figure 7 and CIFAR's direction at least
+
+
+def test_a_claim_the_demo_cannot_afford_reads_not_judged_with_its_reason_and_numbers():
+    spreads = {"reader": {"layernorm": {"metric": "error", "sd": 0.03, "n": 3, "mean": 0.15},
+                          "rmsnorm": {"metric": "error", "sd": 0.03, "n": 3, "mean": 0.14}}}
+    plan = demo.ClaimPlan("reader: RMSNorm's", "reader", "match", ("rmsnorm", "layernorm"), 0.01, "reader")
+    decision = demo.decide(plan, spreads)
+    assert decision.needed is None and "more than 20 seeds a side" in decision.not_judged
+    claims = [Claim("reader: RMSNorm's test error matches LayerNorm's (within 0.01)", "cannot tell", "LayerNorm 0.15"),
+              Claim("Fig. 1 (per second): LayerNorm's lead", "holds", "x"), Claim("Table 4: the Transformer", "holds", "y")]
+    out = demo.apply_decisions(claims, [decision], shared=2)
+    assert [c.verdict for c in out] == ["not judged at mini", "not judged at mini", "holds"]
+    assert out[0].numbers.endswith("Measured: LayerNorm 0.15") and "shared the machine" in out[1].numbers
+    assert demo.apply_decisions(claims, [], shared=1)[1].verdict == "holds"  # one run at a time: its clocks compare
+
+
+def test_the_demo_sets_no_wall_clock_cap_unless_asked(tmp_path, monkeypatch):
+    commands = []
+    monkeypatch.setattr(demo, "run_logged", lambda command, log, threads: commands.append(command) or (0, 1.0))
+    demo.run_sweep(demo.SWEEPS[0], tmp_path, tmp_path, 2, None)
+    demo.run_sweep(demo.SWEEPS[0], tmp_path, tmp_path, 2, 30.0)
+    assert not any(a.startswith("train.max_minutes") for a in commands[0]) and "train.max_minutes=30" in commands[1]
+    assert "seed=1,2" in commands[0] and "norm=none,layernorm,l2norm,weightnorm,rmsnorm,prmsnorm" in commands[0]
