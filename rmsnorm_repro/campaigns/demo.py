@@ -71,7 +71,8 @@ EXPECTED_MINUTES = {"rnnsearch": 7.0, "transformer": 3.0, "reader": 1.0, "retrie
 PAGE_SWEEP = {"table2": "rnnsearch", "table3": "rnnsearch-table3", "table4": "transformer", "table5": "rnnsearch",
               "table6": "reader", "table7": "retrieval", "table8": "retrieval", "table9": "convpool",
               "table10": "convpool", "fig1": "rnnsearch", "fig3": None, "fig4": None}
-SPREADS = "spreads.json"  # <out>/spreads.json: the seeds' spreads the seeds per claim were chosen from
+SPREADS = "spreads.json"  # the seeds' spreads, measured by calibration runs, the seeds per claim were chosen from
+SPREADS_PATH = ROOT / "results" / "mini" / SPREADS
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,10 @@ def run_sweep(sweep: Sweep, runs_root: Path, logs: Path, jobs: int, max_minutes:
     return run_logged(command, logs / f"{sweep.name}.log", threads=1)
 
 
-def load_spreads(out: Path) -> dict[str, dict[str, dict]]:
-    """<out>/spreads.json: {sweep: {group label: {"metric", "sd", "n", "mean"}}}; {} when absent."""
-    path = out / SPREADS
+def load_spreads(path: Path | None = None) -> dict[str, dict[str, dict]]:
+    """The spreads the seeds were chosen from (SPREADS_PATH, committed with the demo: wherever --out writes,
+    the claims are planned from them): {sweep: {group label: {"metric", "sd", "n", "mean"}}}; {} when absent."""
+    path = path or SPREADS_PATH
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
@@ -144,6 +146,7 @@ class Decision:
     needed: int | None
     power: float | None
     not_judged: str | None
+    measured: bool = True        # spreads.json has both groups' spreads (else the claim's rule alone decides)
 
 
 def decide(plan: ClaimPlan, spreads: dict[str, dict[str, dict]]) -> Decision:
@@ -151,8 +154,8 @@ def decide(plan: ClaimPlan, spreads: dict[str, dict[str, dict]]) -> Decision:
     sweep = next((s for s in SWEEPS if s.name == plan.sweep), None)
     seeds = sweep.seeds if sweep else 0
     entry = spreads.get(plan.spreads, {})
-    if plan.pair[0] not in entry or plan.pair[1] not in entry:
-        return Decision(plan, seeds, None, None, f"no measured spread for {' and '.join(plan.pair)} ({SPREADS})")
+    if plan.pair[0] not in entry or plan.pair[1] not in entry:  # nothing says it cannot be afforded: the rule decides
+        return Decision(plan, seeds, None, None, None, measured=False)
     x, base = entry[plan.pair[0]], entry[plan.pair[1]]
     stats = (x["mean"], x["sd"]), (base["mean"], base["sd"])
     needed = seeds_for_power(plan.kind, *stats, plan.margin, most=MOST_SEEDS)
@@ -192,7 +195,8 @@ def apply_decisions(claims: list[Claim], decisions: list[Decision], shared: int)
 
 def seeds_table(decisions: list[Decision]) -> list[str]:
     """Markdown: each claim's seeds run, the seeds a 50% chance needs, and the chance at the seeds run."""
-    rows = [f"| {d.plan.claim.rstrip(':')} | {d.seeds or '-'} | {d.needed or f'> {MOST_SEEDS}'} | "
+    rows = [f"| {d.plan.claim.rstrip(':')} | {d.seeds or '-'} | "
+            f"{(d.needed or f'> {MOST_SEEDS}') if d.measured else f'no spread in {SPREADS}'} | "
             f"{'-' if d.power is None else f'{d.power:.0%}'} | {'judged' if d.not_judged is None else NOT_JUDGED} |"
             for d in decisions]
     return ["| claim | seeds a side run | seeds a side for a 50% chance | chance at the seeds run | here |",
@@ -224,14 +228,14 @@ def speed_section(speed: dict) -> list[str]:
 
 
 def partial_lines(tasks: list[str]) -> list[str]:
-    """Which p and k pRMSNorm ran per task at mini, against the paper's k (report/partial_widths)."""
+    """Which p and k pRMSNorm ran per task at mini (its composed models; the paper's k: docs/recipes.md)."""
     lines = []
     for task in tasks:
-        mini, paper = partial_widths(task, "mini"), partial_widths(task, "paper")
-        p = OmegaConf.load(configs_dir() / "task_scale" / task / "mini.yaml").get("task", {}).get("prmsnorm_p")
-        shown = lambda pairs: ", ".join(f"{k} of {width}" for width, k in pairs)  # noqa: E731
-        lines.append(f"- {task}: p = {p if p is not None else 'the paper’s'}: k = {shown(mini)} "
-                     f"(the paper: {shown(paper)})")
+        mini = OmegaConf.select(OmegaConf.load(configs_dir() / "task_scale" / task / "mini.yaml"), "task.prmsnorm_p")
+        paper = OmegaConf.select(OmegaConf.load(configs_dir() / "task" / f"{task}.yaml"), "task.prmsnorm_p")
+        widths = ", ".join(f"{k} of {width}" for width, k in partial_widths(task, "mini"))
+        lines.append(f"- {task}: p = {mini if mini is not None else paper:g}{'' if mini is not None else ' (the paper’s)'}"
+                     f", k = {widths}")
     return lines
 
 
@@ -244,7 +248,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
     speed = load_speed(out, damaged)
     everything = [run for group in runs.values() for run in group]
     shared = shared_jobs(runs_root)
-    decisions = [decide(plan, load_spreads(out)) for plan in CLAIMS]
+    decisions = [decide(plan, load_spreads()) for plan in CLAIMS]
     lines = ["# Root Mean Square Layer Normalization: the mini reproduction", "",
              f"Written by `make demo` (`python -m rmsnorm_repro.campaigns.demo`) from {len(everything)} runs under "
              f"`{runs_root.relative_to(out)}/`, the last finished {finished_at(everything)}.  ",
@@ -270,8 +274,10 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
              f"read \"{NOT_JUDGED}\" with the reason (Seeds per claim, below). Reproduce a table at the paper's "
              "scale with `make table4 SCALE=paper` (see README).", "",
              "pRMSNorm's partial width: its k (features; positions per channel for the CNN) is never below the "
-             "paper's at the same place in the model, so the mini layers use a larger p where they are narrower "
-             "than the paper's (configs/task_scale/<task>/mini.yaml, `task.prmsnorm_p`):", "",
+             "paper's at the same place in the model, so where the mini layers are narrower they use the smallest p "
+             "that reaches the paper's k (configs/task_scale/<task>/mini.yaml `task.prmsnorm_p`; the paper's k and "
+             "every scale's: docs/recipes.md). At the paper's 6.25% the mini Transformer read 4 of its 64 features "
+             "(the paper: 32 of 512), a size the paper never ran. Ran here:", "",
              *partial_lines(list(TASK_ORDER))]
     lines += damaged_lines(damaged, out)
     lines += timings_table(timings)
@@ -291,9 +297,10 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
     embedded: set[str] = set()
     for name, sweep in PAGE_SWEEP.items():
         if sweep is None:
-            plan = next(d for d in decisions if d.plan.sweep is None and PAGES[name].title.startswith(
+            decision = next(d for d in decisions if d.plan.sweep is None and PAGES[name].title.startswith(
                 d.plan.claim.replace("Fig.", "Figure").rstrip(":")))
-            lines += ["", f"## {PAGES[name].title}", "", f"No runs at mini: its claim is {plan.not_judged}."]
+            why = decision.not_judged or f"no spread in {SPREADS} to plan its seeds from"
+            lines += ["", f"## {PAGES[name].title}", "", f"No runs at mini: no sweep trains this setting ({why})."]
             continue
         page_runs = runs[sweep]
         if not [r for r in page_runs if r.task == PAGES[name].task]:

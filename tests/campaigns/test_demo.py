@@ -38,7 +38,7 @@ def test_demo_says_its_runs_sweeps_place_and_time_before_it_starts(tmp_path: Pat
 # Seeds per claim, from the measured spreads ------------------------------------------------------------
 from rmsnorm_repro.report.claims import Claim  # noqa: E402
 
-SPREADS = demo.load_spreads(demo.ROOT / "results" / "mini")
+SPREADS = demo.load_spreads()
 
 
 def test_the_committed_spreads_cover_every_claim_the_demo_plans():
