@@ -314,13 +314,43 @@ def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path
     # every run of rnnsearch finished (records kept without their weights, as results/small/runs): its sweep
     # is not started at all, so nothing a sweep job could refuse or retrain (another precision) is asked of it
     for norm in small.NORMS:
+        p = small.recipe_p("rnnsearch") if norm == "prmsnorm" else 1.0  # pRMSNorm at the recipe's p
         for seed in (1, 2):
-            run = tmp_path / "small" / "runs" / "rnnsearch" / f"{norm}-p1.0-s{seed}"
+            run = tmp_path / "small" / "runs" / "rnnsearch" / f"{norm}-p{p}-s{seed}"
             run.mkdir(exist_ok=True)
-            (run / "config.yaml").write_text(f"task: {{name: rnnsearch}}\nnorm: {{name: {norm}, p: 1.0}}\nseed: {seed}\n")
-            (run / "summary.json").write_text(json.dumps({"task": "rnnsearch", "norm": norm, "p": 1.0, "seed": seed,
+            (run / "config.yaml").write_text(f"task: {{name: rnnsearch}}\nnorm: {{name: {norm}, p: {p}}}\nseed: {seed}\n")
+            (run / "summary.json").write_text(json.dumps({"task": "rnnsearch", "norm": norm, "p": p, "seed": seed,
                                                           "status": "completed", "steps": 100, "final": {},
                                                           "wall_s": 600.0}))
     ran.clear()
     assert small.main(args + ["--only", "rnnsearch"]) == 0
     assert ran == [] and "every run under" in capsys.readouterr().out
+
+
+def test_the_report_states_the_seeds_present_and_missing_and_leaves_other_ps_unjudged(tmp_path):
+    """Seeds 1-3 are make small's default: a report from two seeds says which runs are missing and what they
+    cost, and pRMSNorm runs at a p other than the recipe's (k below the paper's) are shown, never judged."""
+    out = tmp_path / "small"
+    for seed in (1, 2):
+        for norm in ("none", "layernorm", "rmsnorm"):
+            fake_run(out / "runs", "transformer", norm, seed, {"valid_beam_bleu": 30.0 + seed}, 600.0)
+        fake_run(out / "runs", "transformer", "prmsnorm", seed, {"valid_beam_bleu": 20.0}, 600.0, p=0.0625)
+    assert small.main(["--out", str(out), "--report-only"]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert small.DEFAULT_SEEDS == "1,2,3" and "Seeds 1,2,3 a model" in text
+    assert ("- transformer: seeds present: none 1,2; layernorm 1,2; rmsnorm 1,2; prmsnorm p=0.125 none. **Missing: 6 "
+            "runs** (none s3, layernorm s3, rmsnorm s3, prmsnorm s1, prmsnorm s2, prmsnorm s3)") in text
+    assert "- rnnsearch: seeds present: none none; layernorm none" in text and "**Missing: 12 runs**" in text
+    assert "**Not this recipe:** transformer pRMSNorm p=0.0625 (2 runs): the recipe's p is 0.125" in text
+    assert "| transformer | prmsnorm p=0.0625 | 1 | completed (not this recipe: p) |" in text
+    claims = [line for line in text.splitlines() if line.startswith("| transformer: pRMSNorm's")]
+    assert claims and all("p=0.0625" not in line for line in claims)  # judged on no run of another p
+    assert small.finished_runs(out / "runs" / "transformer", "1,2,3") == 6  # the p=6.25% runs are not this sweep's
+
+
+def test_the_small_recipes_give_prmsnorm_the_papers_k():
+    from rmsnorm_repro.norms.formulas import partial_k
+
+    assert small.recipe_p("rnnsearch") == small.recipe_p("transformer") == 0.125
+    assert partial_k(512, small.recipe_p("rnnsearch")) == partial_k(1024, 0.0625) == 64
+    assert partial_k(256, small.recipe_p("transformer")) == partial_k(512, 0.0625) == 32
