@@ -70,7 +70,7 @@ def test_every_claim_judged_at_mini_gets_from_its_sweep_the_seeds_a_50_percent_c
 def test_a_claim_the_demo_cannot_afford_reads_not_judged_with_its_reason_and_numbers():
     spreads = {"reader": {"layernorm": {"metric": "error", "sd": 0.03, "n": 3, "mean": 0.15},
                           "rmsnorm": {"metric": "error", "sd": 0.03, "n": 3, "mean": 0.14}}}
-    plan = demo.ClaimPlan("reader: RMSNorm's", "reader", "match", ("rmsnorm", "layernorm"), 0.01, "reader")
+    plan = demo.ClaimPlan("reader: RMSNorm's", "reader", "match", (("rmsnorm", "layernorm"),), 0.01, "reader")
     decision = demo.decide(plan, spreads)
     assert decision.needed is None and "more than 20 seeds a side" in decision.not_judged
     claims = [Claim("reader: RMSNorm's test error matches LayerNorm's (within 0.01)", "cannot tell", "LayerNorm 0.15"),
