@@ -132,7 +132,8 @@ def run_sweep(sweep: Sweep, runs_root: Path, logs: Path, jobs: int, max_minutes:
     """Train one sweep, its output into logs/<name>.log; returns (exit code, seconds)."""
     command = [sys.executable, "-m", "rmsnorm_repro.train", "-m", f"experiment={sweep.experiment}", "scale=mini",
                "data=synthetic", "launcher=joblib", f"hydra.launcher.n_jobs={jobs}",
-               f"hydra.sweep.dir={runs_root / sweep.name}", *([f"train.max_minutes={max_minutes:g}"] if max_minutes else []),
+               f"hydra.sweep.dir={runs_root / sweep.name}",
+               *([f"train.max_minutes={max_minutes:g}"] if max_minutes else []),
                *sweep.overrides]
     return run_logged(command, logs / f"{sweep.name}.log", threads=1)
 
@@ -200,7 +201,8 @@ def apply_decisions(claims: list[Claim], decisions: list[Decision], shared: int)
         if decision is not None and decision.not_judged:
             out.append(replace(claim, verdict=NOT_JUDGED, numbers=f"{decision.not_judged}. Measured: {claim.numbers}"))
         elif clock is not None and shared > 1:
-            out.append(replace(claim, verdict=NOT_JUDGED, numbers=f"not judged at mini: {clock}. Measured: {claim.numbers}"))
+            out.append(replace(claim, verdict=NOT_JUDGED,
+                               numbers=f"not judged at mini: {clock}. Measured: {claim.numbers}"))
         else:
             out.append(claim)
     return out
@@ -226,7 +228,8 @@ def shared_jobs(runs_root: Path) -> int:
 def speed_section(speed: dict) -> list[str]:
     """The side-by-side step times (speed.json), the time columns of this page: one row per task and norm."""
     if not speed:
-        return ["No side-by-side step times (speed.json): run `python -m rmsnorm_repro.campaigns.demo --report-only --speed`."]
+        return ["No side-by-side step times (speed.json): run "
+                "`python -m rmsnorm_repro.campaigns.demo --report-only --speed`."]
     rows = []
     for task in TASK_ORDER:
         measured = speed.get(task)
@@ -247,8 +250,8 @@ def partial_lines(tasks: list[str]) -> list[str]:
         mini = OmegaConf.select(OmegaConf.load(configs_dir() / "task_scale" / task / "mini.yaml"), "task.prmsnorm_p")
         paper = OmegaConf.select(OmegaConf.load(configs_dir() / "task" / f"{task}.yaml"), "task.prmsnorm_p")
         widths = ", ".join(f"{k} of {width}" for width, k in partial_widths(task, "mini"))
-        lines.append(f"- {task}: p = {mini if mini is not None else paper:g}{'' if mini is not None else ' (the paper’s)'}"
-                     f", k = {widths}")
+        shown = f"{mini:g}" if mini is not None else f"{paper:g} (the paper’s)"
+        lines.append(f"- {task}: p = {shown}, k = {widths}")
     return lines
 
 

@@ -289,7 +289,8 @@ def seeds_lines(runs: list[Run], seeds: str = DEFAULT_SEEDS) -> list[str]:
         mine = [run for run in runs if run.task == task and run.status in ("completed", "diverged")]
         walls = [run.summary["wall_s"] for run in mine if isinstance(run.summary.get("wall_s"), (int, float))]
         per_run = sum(walls) / len(walls) if walls else 60 * RUN_MINUTES
-        have = {norm: sorted({str(r.seed) for r in mine if r.norm == norm and this_p(r)} & set(wanted)) for norm in NORMS}
+        have = {norm: sorted({str(r.seed) for r in mine if r.norm == norm and this_p(r)} & set(wanted))
+                for norm in NORMS}
         missing = [(norm, seed) for norm in NORMS for seed in wanted if seed not in have[norm]]
         missing_all += len(missing) * per_run
         shown = "; ".join(f"{norm}{f' p={recipe_p(task):g}' if norm == 'prmsnorm' else ''} "
@@ -303,15 +304,18 @@ def seeds_lines(runs: list[Run], seeds: str = DEFAULT_SEEDS) -> list[str]:
             "norms, pRMSNorm at its recipe's p:")
     tail = ([f"Missing in all: about {missing_all / 3600:.1f} CPU-hours; `make small` trains only them "
              "(finished runs are kept)."] if missing_all else [])
-    rnn = [run.summary["wall_s"] for run in runs if run.task == "rnnsearch" and isinstance(run.summary.get("wall_s"), (int, float))]
+    rnn = [run.summary["wall_s"] for run in runs
+           if run.task == "rnnsearch" and isinstance(run.summary.get("wall_s"), (int, float))]
     extra_ps = [p for p in FIG3_PS if not math.isclose(p, recipe_p("rnnsearch"))]
     if rnn:  # not trained by `make small`: its cost, so a later session can plan it
         per_run = sum(rnn) / len(rnn)
         tail.append(f"Figure 3 on real language (RNNSearch pRMSNorm at p = {', '.join(f'{p:g}' for p in FIG3_PS)}, "
                     f"{len(wanted)} seeds; the recipe's p shares the runs above) is not trained here: "
-                    f"{len(extra_ps) * len(wanted)} more runs, about {len(extra_ps) * len(wanted) * per_run / 3600:.1f} "
+                    f"{len(extra_ps) * len(wanted)} more runs, "
+                    f"about {len(extra_ps) * len(wanted) * per_run / 3600:.1f} "
                     "CPU-hours (train them with "
-                    "`python -m rmsnorm_repro.train -m task=rnnsearch norm=prmsnorm norm.p=0.25,1.0 seed=1,2,3 scale=small "
+                    "`python -m rmsnorm_repro.train -m task=rnnsearch norm=prmsnorm norm.p=0.25,1.0 seed=1,2,3 "
+                    "scale=small "
                     "data=multi30k hydra.sweep.dir=results/small/runs/rnnsearch-fig3`).")
     return [head, "", *lines, *([""] + tail if tail else [])]
 

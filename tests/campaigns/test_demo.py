@@ -74,7 +74,8 @@ def test_a_claim_the_demo_cannot_afford_reads_not_judged_with_its_reason_and_num
     decision = demo.decide(plan, spreads)
     assert decision.needed is None and "more than 20 seeds a side" in decision.not_judged
     claims = [Claim("reader: RMSNorm's test error matches LayerNorm's (within 0.01)", "cannot tell", "LayerNorm 0.15"),
-              Claim("Fig. 1 (per second): LayerNorm's lead", "holds", "x"), Claim("Table 4: the Transformer", "holds", "y")]
+              Claim("Fig. 1 (per second): LayerNorm's lead", "holds", "x"),
+              Claim("Table 4: the Transformer", "holds", "y")]
     out = demo.apply_decisions(claims, [decision], shared=2)
     assert [c.verdict for c in out] == ["not judged at mini", "not judged at mini", "holds"]
     assert out[0].numbers.endswith("Measured: LayerNorm 0.15") and "shared the machine" in out[1].numbers
