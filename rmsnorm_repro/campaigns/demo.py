@@ -304,8 +304,11 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
               "Each sweep's seeds (1 to n, the same for every norm of the sweep) are the fewest that give each claim "
               "it decides a 50% chance, by simulation of report/claims.py's rule (2000 draws; for a match the two "
               "sides truly equal, for a direction the measured difference's size) at the seeds' spreads measured "
-              f"on this tier ({SPREADS}: calibration runs, the metric each claim compares). A claim that would "
-              f"need more than the demo's budget is \"{NOT_JUDGED}\".", "", *seeds_table(decisions)]
+              f"on this tier (results/mini/{SPREADS}, committed: each entry's metric says where it was measured: "
+              "the Transformer's by a calibration of seeds 1-3, the other tasks' by the demo's own seeds, trained "
+              "first). A claim over several comparisons needs what its hardest one needs. A claim that would need "
+              f"more seeds than the demo's budget affords is \"{NOT_JUDGED}\"; a claim without a measured spread "
+              "is judged by its rule as it stands.", "", *seeds_table(decisions)]
     lines += ["", "## Step times side by side", "", *speed_section(speed)]
 
     text, _ = table1.render(table1.compute(), table1.read_paper(), seed=0)
