@@ -22,9 +22,9 @@ def test_demo_says_its_runs_sweeps_place_and_time_before_it_starts(tmp_path: Pat
     assert {task: sorted(m.times_ms) for task, m in measured.items()} == {
         task: ["layernorm", "prmsnorm", "rmsnorm"] for task in demo.TASK_ORDER}
     # 12 rnnsearch (6 norms x 2 seeds) + 8 transformer (4 x 2) + 10 reader (5 x 2) + 8 retrieval (4 x 2)
-    # + 18 convpool (6 x 3) + 4 table3 (2 norms x 2 codebases x 1 seed)
+    # + 36 convpool (6 x 6) + 4 table3 (2 norms x 2 codebases x 1 seed)
     minutes = sum(demo.EXPECTED_MINUTES.values())
-    assert captured.out.startswith(f"demo: 60 runs in 6 sweeps (rnnsearch, transformer, reader, retrieval, convpool, "
+    assert captured.out.startswith(f"demo: 78 runs in 6 sweeps (rnnsearch, transformer, reader, retrieval, convpool, "
                                    f"rnnsearch-table3) into {tmp_path / 'mini' / 'runs'}, 2 at a time, "
                                    f"about {minutes:.0f} minutes")
     assert ran == [s.name for s in demo.SWEEPS]
