@@ -28,7 +28,8 @@ test: install
 test-fast: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not slurm"
 
-# The offline mini reproduction of every table and figure: results/mini/REPORT.md (~25 min, 2 cores).
+# The offline mini reproduction of the tables whose claims it can afford (campaigns/demo.py SWEEPS, CLAIMS):
+# results/mini/REPORT.md (~20-25 min on 2 cores).
 # Refreshes the committed report and figures under results/mini/.
 demo: install
 	OMP_NUM_THREADS=1 $(PY) -m rmsnorm_repro.campaigns.demo --out results/mini
