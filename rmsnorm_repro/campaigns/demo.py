@@ -51,7 +51,7 @@ def seeds_list(n: int) -> str:
     return ",".join(str(seed) for seed in range(1, n + 1))
 
 
-# 102 runs, about 33 CPU-minutes (the runs' own seconds, one core each): about 20 minutes at 2 jobs on a quiet
+# 102 runs, about 30 CPU-minutes (the runs' own seconds, one core each): about 20 minutes at 2 jobs on a quiet
 # 2-core AMD EPYC, the side-by-side timing included (each sweep's minutes: EXPECTED_MINUTES). Each sweep's seeds
 # are the fewest that give every claim it decides a 50% chance at the spreads measured on this tier
 # (results/mini/spreads.json, CLAIMS): 6 for the RNNSearch (Table 2's "L2-Norm below the others": the
