@@ -33,6 +33,8 @@ EXPECTED = {
 SHARED = {"table5": "table2", "fig1": "table2", "table8": "table7", "table10": "table9"}
 # pRMSNorm's p per task (docs/paper.md: 6.25% for translation, reader and retrieval; 12.5% for CIFAR-10)
 PRMS_P = {"rnnsearch": 0.0625, "transformer": 0.0625, "reader": 0.0625, "retrieval": 0.0625, "convpool": 0.125}
+# scale=mini's narrower layers take the smallest p whose k reaches the paper's (configs/task_scale/*/mini.yaml)
+MINI_P = {"rnnsearch": 0.5, "transformer": 0.5, "reader": 0.46875, "retrieval": 1.0, "convpool": 0.125}
 
 
 def _need_task(task: str) -> None:
@@ -72,7 +74,7 @@ def test_preset_pins_task_norms_and_seeds(name: str, scale: str, compose):
     swept_norms = {o.split("=", 1)[1] for job in jobs for o in job if o.startswith("norm=")} or {cfg.norm.name}
     swept_seeds = {int(o.split("=", 1)[1]) for job in jobs for o in job if o.startswith("seed=")}
     assert swept_norms == norms and swept_seeds == seeds
-    # a pRMSNorm job gets the paper's p, another norm's job p = 1 (one job each: seeds change nothing here)
+    # a pRMSNorm job gets the paper's p (at mini: its k), another norm's job p = 1 (one job each: seeds change nothing)
     by_norm = {next((o for o in job if o.startswith("norm=")), "norm=" + cfg.norm.name): job for job in jobs}
     checked = [by_norm.pop("norm=prmsnorm", None), next(iter(by_norm.values()), None)]
     for job in filter(None, checked):
@@ -82,7 +84,7 @@ def test_preset_pins_task_norms_and_seeds(name: str, scale: str, compose):
         if name == "fig3":
             assert job_cfg.norm.name == "prmsnorm"
         elif job_cfg.norm.name == "prmsnorm":
-            assert job_cfg.norm.p == PRMS_P[task], job
+            assert job_cfg.norm.p == (PRMS_P if scale == "paper" else MINI_P)[task], job
         else:
             assert job_cfg.norm.p == 1.0, job
 

@@ -30,7 +30,7 @@ from ..report import figures as figs
 from ..report.aggregate import TRAIN_LOSS, Group, Run, describe_env, group_runs
 from ..report.claims import judge, markdown as claims_markdown
 from ..report.significance import bootstrap_notes
-from ..report.tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, table
+from ..report.tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, runs_cell, table
 from ..runner.optim import describe_schedule
 from .common import (ROOT, Damaged, TimedBar, damaged_lines, finished_at, load_speed, load_timings, measure_speed,
                      report_damaged, run_logged, runs_of, save_timings, timings_table)
@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 # (run_seconds): on the 2-core AMD EPYC the Transformer's recipe takes 20-21.5 minutes a run, the RNNSearch's
 # 27-30 (docs/small_study.md)
 RUN_MINUTES = 25.0
+# the seeds `make small` trains (the Makefile passes none unless SMALL_SEEDS is given): three a model, what
+# the simulation at the committed runs' spreads needs for the Transformer's matches and Figure 1 per step
+DEFAULT_SEEDS = "1,2,3"
+# Figure 3's values of p on real language: every one gives pRMSNorm a k no smaller than the paper's
+FIG3_PS = (0.125, 0.25, 1.0)
 
 
 @dataclass(frozen=True)
@@ -73,15 +78,31 @@ def sweep_command(task: str, runs_root: Path, setup: Setup) -> list[str]:
 
 
 # Reading the runs -------------------------------------------------------------------------------
+P_KEY = "task.prmsnorm_p"  # the recipe's pRMSNorm p: a run records it as norm.p (summary "p")
+
+
 def recipe_values(task: str) -> dict[str, object]:
-    """Every value the task's small recipe sets (configs/task_scale/<task>/small.yaml), by dotted key."""
-    return flatten(OmegaConf.to_container(OmegaConf.load(configs_dir() / "task_scale" / task / "small.yaml")))
+    """Every value the task's small recipe sets (configs/task_scale/<task>/small.yaml), by dotted key, but its
+    pRMSNorm p (recipe_p: it concerns pRMSNorm's runs only, as their norm.p)."""
+    values = flatten(OmegaConf.to_container(OmegaConf.load(configs_dir() / "task_scale" / task / "small.yaml")))
+    return {key: value for key, value in values.items() if key != P_KEY}
+
+
+def recipe_p(task: str) -> float:
+    """The p the task's small recipe gives pRMSNorm (task.prmsnorm_p in configs/task_scale/<task>/small.yaml)."""
+    return float(OmegaConf.select(OmegaConf.load(configs_dir() / "task_scale" / task / "small.yaml"), P_KEY))
 
 
 def trained_this_recipe(run: Run, recipe: dict[str, object]) -> bool:
     """Whether the run's config has every value of the recipe (runs of an earlier recipe time nothing now)."""
     config = flatten(run.config)
     return all(config.get(key, ABSENT) == want for key, want in recipe.items())
+
+
+def this_p(run: Run) -> bool:
+    """Whether the run is pRMSNorm at its recipe's p, or another norm: a pRMSNorm run at another p (the p=6.25%
+    runs of the first study: k below the paper's) is not this recipe, shown but never judged."""
+    return run.norm != "prmsnorm" or math.isclose(run.p, recipe_p(run.task))
 
 
 def run_seconds(folder: Path) -> tuple[float, str]:
@@ -103,7 +124,8 @@ def finished_runs(folder: Path, seeds: str) -> int:
     """How many of the sweep's jobs (<norm>-p<p>-s<seed>) in folder have finished (their summary says so)."""
     wanted = set(seeds.split(","))
     return sum(1 for run in (runs_of(folder.parent, folder.name) if folder.is_dir() else [])
-               if run.status in ("completed", "diverged") and str(run.seed) in wanted and run.norm in NORMS)
+               if run.status in ("completed", "diverged") and str(run.seed) in wanted and run.norm in NORMS
+               and this_p(run))
 
 
 def split_metrics(runs: list[Run]) -> list[str]:
@@ -177,7 +199,7 @@ def task_table(task: str, groups: list[Group]) -> list[str]:
     body = []
     for group in groups:
         steps, passes = _mean([run.summary.get("steps") for run in group.runs]), _mean([epochs(run) for run in group.runs])
-        cells = [group.label, group.status_note(), f"{steps:.0f}" if steps is not None else "-",
+        cells = [group.label, runs_cell(group), f"{steps:.0f}" if steps is not None else "-",
                  f"{passes:.1f}" if passes is not None else "-"]
         for metric in metrics:
             cells.append(FAILS_CELL if group.fails_to_train else fmt_stat(group.stat(metric)))
@@ -199,7 +221,9 @@ def runs_table(runs: list[Run]) -> list[str]:
         best = (run.summary.get("best") or {}).get("bleu")
         beam = (run.summary.get("final") or {}).get("valid_beam_bleu")
         norm = f"{run.norm} p={run.p:g}" if run.norm == "prmsnorm" else run.norm
-        body.append([run.task, norm, str(run.seed), run.status,
+        status = run.status + (" (CAPPED: train.max_minutes)" if run.capped else "") + ("" if this_p(run) else
+                                                                                    " (not this recipe: p)")
+        body.append([run.task, norm, str(run.seed), status,
                      str(run.summary.get("steps", "-")), f"{passes:.1f}" if passes is not None else "-",
                      str(run.summary.get("selected_step") or "-"), f"{best:.2f}" if isinstance(best, (int, float)) else "-",
                      f"{beam:.2f}" if isinstance(beam, (int, float)) else "-",
@@ -256,13 +280,68 @@ def valid_references(run: Run) -> list[str] | None:
 _REFERENCES: dict[str, list[str] | None] = {}
 
 
+def seeds_lines(runs: list[Run], seeds: str = DEFAULT_SEEDS) -> list[str]:
+    """Which of `seeds` each task's four norms have (finished runs of this recipe), which are missing, and the
+    CPU-hours the missing ones take (one core a run: the mean wall_s of the task's finished runs), so a report
+    with fewer seeds says so rather than judging on them silently."""
+    wanted = seeds.split(",")
+    lines, missing_all = [], 0.0
+    for task in TASKS:
+        mine = [run for run in runs if run.task == task and run.status in ("completed", "diverged")]
+        walls = [run.summary["wall_s"] for run in mine if isinstance(run.summary.get("wall_s"), (int, float))]
+        per_run = sum(walls) / len(walls) if walls else 60 * RUN_MINUTES
+        have = {norm: sorted({str(r.seed) for r in mine if r.norm == norm and this_p(r)} & set(wanted))
+                for norm in NORMS}
+        missing = [(norm, seed) for norm in NORMS for seed in wanted if seed not in have[norm]]
+        missing_all += len(missing) * per_run
+        shown = "; ".join(f"{norm}{f' p={recipe_p(task):g}' if norm == 'prmsnorm' else ''} "
+                          f"{','.join(have[norm]) or 'none'}" for norm in NORMS)
+        lines.append(f"- {task}: seeds present: {shown}. " + (
+            f"**Missing: {len(missing)} runs** ({', '.join(f'{n} s{seed}' for n, seed in missing)}), about "
+            f"{len(missing) * per_run / 3600:.1f} CPU-hours (one core a run, {per_run / 60:.0f} minutes each: "
+            f"the mean wall_s of this task's finished runs); the claims below are judged on the seeds present"
+            if missing else "none missing."))
+    head = (f"Seeds {seeds} a model (`make small`'s default, campaigns/small.py DEFAULT_SEEDS) for the four "
+            "norms, pRMSNorm at its recipe's p:")
+    tail = ([f"Missing in all: about {missing_all / 3600:.1f} CPU-hours; `make small` trains only them "
+             "(finished runs are kept)."] if missing_all else [])
+    rnn = [run.summary["wall_s"] for run in runs
+           if run.task == "rnnsearch" and isinstance(run.summary.get("wall_s"), (int, float))]
+    extra_ps = [p for p in FIG3_PS if not math.isclose(p, recipe_p("rnnsearch"))]
+    if rnn:  # not trained by `make small`: its cost, so a later session can plan it
+        per_run = sum(rnn) / len(rnn)
+        tail.append(f"Figure 3 on real language (RNNSearch pRMSNorm at p = {', '.join(f'{p:g}' for p in FIG3_PS)}, "
+                    f"{len(wanted)} seeds; the recipe's p shares the runs above) is not trained here: "
+                    f"{len(extra_ps) * len(wanted)} more runs, "
+                    f"about {len(extra_ps) * len(wanted) * per_run / 3600:.1f} "
+                    "CPU-hours (train them with "
+                    "`python -m rmsnorm_repro.train -m task=rnnsearch norm=prmsnorm norm.p=0.25,1.0 seed=1,2,3 "
+                    "scale=small "
+                    "data=multi30k hydra.sweep.dir=results/small/runs/rnnsearch-fig3`).")
+    return [head, "", *lines, *([""] + tail if tail else [])]
+
+
+def other_p_lines(runs: list[Run]) -> list[str]:
+    """The pRMSNorm runs at a p other than their recipe's: shown, never judged, with why and the cost to redo."""
+    others = [run for run in runs if not this_p(run)]
+    if not others:
+        return []
+    rows = sorted({(run.task, run.p) for run in others})
+    return ["", "**Not this recipe:** " + "; ".join(
+        f"{task} pRMSNorm p={p:g} ({sum(1 for r in others if r.task == task and r.p == p)} runs): the recipe's p is "
+        f"{recipe_p(task):g}, so that pRMSNorm's k is never below the paper's (configs/task_scale/{task}/small.yaml)"
+        for task, p in rows) + ". They are listed under Every run and judged in no claim; their seeds at the "
+        "recipe's p are counted missing above."]
+
+
 def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Damaged | None = None) -> Path:
     """<out>/REPORT.md from the runs under <out>/runs/<task>/ (figures under <out>/figures), the
     side-by-side step times in <out>/speed.json and the paired bootstrap results (<out>/bootstrap.json).
     What cannot be read is left out, named in the report and appended to `damaged`."""
     damaged = [] if damaged is None else damaged
     runs_root, fig_dir = out / "runs", out / "figures"
-    runs = {task: runs_of(runs_root, task, damaged) for task in TASKS}
+    every_run = {task: runs_of(runs_root, task, damaged) for task in TASKS}
+    runs = {task: [run for run in every_run[task] if this_p(run)] for task in TASKS}  # judged: this recipe's p
     everything = [run for task in TASKS for run in runs[task]]
     measured = load_speed(out, damaged)
     bootstrap = bootstrap_notes(group_runs(everything), out / "bootstrap.json", valid_references, damaged=damaged)
@@ -283,6 +362,8 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
              "batches, rounds as blocks, on the machine named there), each stating the smallest speed-up it could "
              "decide. Each claim names the split it is scored on. The claims table is what `rmsnorm-report claims "
              "runs --speed speed.json` prints."]
+    lines += ["", *seeds_lines(everything)]
+    lines += other_p_lines([run for task in TASKS for run in every_run[task]])
     lines += damaged_lines(damaged, out)
     if timings:  # a sweep that continued an earlier one trained only the runs it found missing
         lines += ["", "Each task's last `make small` sweep (it trains only the runs not yet finished; each run's own "
@@ -315,7 +396,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
         path.parent.mkdir(parents=True, exist_ok=True)
         if drawer(group_runs(figs.unique_runs(task_runs)), path):
             lines += ["", f"![{task}]({Path(os.path.relpath(path, out)).as_posix()})"]
-    lines += ["", "## Every run", "", *runs_table(everything)]
+    lines += ["", "## Every run", "", *runs_table([run for task in TASKS for run in every_run[task]])]
     path = out / "REPORT.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

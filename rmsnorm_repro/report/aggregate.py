@@ -111,6 +111,11 @@ class Run:
         return status
 
     @property
+    def capped(self) -> bool:
+        """Stopped by train.max_minutes (the wall-clock cap), not by its steps or early stopping."""
+        return self.summary.get("stopped_by") == "train.max_minutes"
+
+    @property
     def time_ci(self) -> tuple[float, float] | None:
         """summary["s_per_1k_steps_ci95"] as (lo, hi); None when the summary predates it or has none."""
         ci = self.summary.get("s_per_1k_steps_ci95")

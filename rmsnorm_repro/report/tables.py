@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -132,6 +132,16 @@ def fmt_our_quality(group: Group, q: Quality) -> tuple[str, str | None]:
     return fmt_stat(stat, q.scale, q.digits), name
 
 
+def runs_cell(group: Group) -> str:
+    """The "runs" cell: completed runs (Group.status_note), and how many of them the wall-clock cap stopped:
+    a capped run trained fewer steps than its recipe, so it is marked wherever its group is shown."""
+    capped = [run for run in group.runs if run.capped]
+    if not capped:
+        return group.status_note()
+    steps = ", ".join(str(run.summary.get("steps", "?")) for run in capped)
+    return f"{group.status_note()}; CAPPED: {len(capped)} stopped by train.max_minutes (steps {steps}), not complete"
+
+
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
@@ -169,7 +179,7 @@ def render_comparison(page: Page, runs: list[Run], groups: list[Group], paper: l
         header.append("time ours")
     body = []
     for model, prow, group in matched_rows(paper, groups):
-        cells = [model, group.status_note() if group else "not run"]
+        cells = [model, runs_cell(group) if group else "not run"]
         for q in page.qualities:
             if q.paper:
                 cells += [paper_cell(prow, prefix + q.paper) for _, prefix in page.paper_sets]
@@ -216,7 +226,7 @@ def render_codebases(page: Page, runs: list[Run], groups: list[Group], paper: li
             codebase = CODEBASE_OF_SET[prefix]
             mine = next((g for g in groups if g.norm == prow.get("norm") and _codebase(g) == codebase), None)
             ln = next((g for g in groups if g.norm == "layernorm" and _codebase(g) == codebase), None)
-            cells.append(mine.status_note() if mine else "not run")
+            cells.append(runs_cell(mine) if mine else "not run")
             for q in page.qualities:
                 cells += [paper_cell(prow, prefix + q.paper), fmt_our_quality(mine, q)[0] if mine else "-"]
             if page.time:
@@ -255,7 +265,7 @@ def render_curve_summary(page: Page, runs: list[Run], groups: list[Group], paper
     header = ["model", "runs"] + [q.header for q in page.qualities] + (["s / 1k steps"] if page.time else [])
     body = []
     for group in groups:
-        cells = [group.label, group.status_note()] + [fmt_our_quality(group, q)[0] for q in page.qualities]
+        cells = [group.label, runs_cell(group)] + [fmt_our_quality(group, q)[0] for q in page.qualities]
         if page.time:
             cells.append(fmt_our_time(group, layernorm_of(groups, group), "1k steps"))
         body.append(cells)
@@ -288,7 +298,7 @@ def render_retrieval(page: Page, runs: list[Run], groups: list[Group], paper: li
                                   for who in ("paper", "ours")]
     body = []
     for model, prow, group in matched_rows(paper, groups):
-        cells = [model, group.status_note() if group else "not run"]
+        cells = [model, runs_cell(group) if group else "not run"]
         for side in ("caption", "image"):
             cells.append(" / ".join((prow or {}).get(f"{side}_{k}") or "-" for k in keys) if prow else "-")
             if group is None:
@@ -385,14 +395,16 @@ def page_runs(page: Page, runs: list[Run]) -> list[Run]:
 
 
 def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[str, Path | None],
-                md_dir: Path, heading: str = "#") -> str:
+                md_dir: Path, heading: str = "#", own_clock: bool = True) -> str:
     """The Markdown page of one table or figure; figure_paths: figure name -> PNG (None: no data).
 
     runs_dir: the runs' folder as the page names it (relative to md_dir: no machine's absolute path).
-    ValueError when the runs are not the page's setting (Page.unfit)."""
+    ValueError when the runs are not the page's setting (Page.unfit). own_clock=False: the runs shared the
+    machine, so their own step times are not comparable: the page shows none (the campaign's side-by-side
+    times stand in)."""
     if name not in PAGES:
         raise ValueError(f"unknown table {name!r}; choose one of: {', '.join(PAGES)}")
-    page = PAGES[name]
+    page = PAGES[name] if own_clock else replace(PAGES[name], time=False)
     runs_all = runs
     unfinished = [run for run in getattr(runs, "in_progress", []) if run.task in (page.task, "?")]
     runs = page_runs(page, runs)
@@ -419,6 +431,9 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
     if hardware:
         lines.append(f"Paper: {', '.join(hardware)}; time in seconds per {time_unit(paper)}, "
                      "speed-up over LayerNorm in brackets, (T_LN - T_X) / T_LN.  ")
+    if not own_clock and PAGES[name].time:
+        lines.append("Our time: not from these runs: they shared the machine, so their own clocks are not comparable; "
+                     "the step times measured side by side (speed.json) stand in.  ")
     if page.time:
         unit = time_unit(paper) if time_unit(paper) in STEPS_PER_UNIT else "1k steps"
         lines.append(f"Our time: seconds per {unit} from `s_per_1k_steps` (each run's median device-synchronized "
@@ -437,7 +452,8 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
     if page.task in ("rnnsearch", "transformer"):
         lines.append(f"Valid BLEU at evaluation steps (curves, \"best valid BLEU\"): {valid_decode(runs)}; "
                      "test BLEU: beam search (`task.decode.beam`).  ")
-    lines.append("Ours: mean ± sample std over seeds (one value: a single run); \"runs\" counts completed runs; "
+    lines.append("Ours: mean ± sample std over seeds (one value: a single run); \"runs\" counts completed runs "
+                 "(\"CAPPED\": stopped by the wall-clock cap train.max_minutes before its steps, not complete); "
                  f"a row whose every run diverged reads \"{FAILS}\", as in the paper.")
     lines.append("")
     render = page.render or render_comparison
@@ -447,7 +463,7 @@ def render_page(name: str, runs: list[Run], runs_dir: str, figure_paths: dict[st
         if path is not None:
             lines += ["", f"![{figure}]({Path(os.path.relpath(path, md_dir)).as_posix()})"]
     lines += ["", "Runs (relative to this page):", ""]
-    lines += [f"- {group.label} (completed: {group.status_note()}): " +
+    lines += [f"- {group.label} (completed: {runs_cell(group)}): " +
               ", ".join(f"`{relative_to_page(run.path, md_dir)}`" for run in group.runs) for group in groups]
     return "\n".join(lines) + "\n"
 

@@ -129,14 +129,19 @@ def test_make_small_chooses_precision_by_amx_and_passes_the_settings():
     out = subprocess.run(["make", "-n", "small", "SEEDS=1,2", "DATA_ROOT=/x/m30k", "SMALL_JOBS=1", "PRECISION=bf16"],
                          cwd=REPO, capture_output=True, text=True, timeout=30).stdout
     line = " ".join(out.replace("\\\n", " ").split())
-    assert ("-m rmsnorm_repro.campaigns.small --out results/small --data-root /x/m30k --jobs 1 --precision bf16 "
-            "--seeds 1,2") in line
+    # no SMALL_SEEDS: no --seeds, so campaigns/small.py's DEFAULT_SEEDS (1,2,3) decides, stated once there
+    assert line.endswith("-m rmsnorm_repro.campaigns.small --out results/small --data-root /x/m30k --jobs 1 "
+                         "--precision bf16") and small.DEFAULT_SEEDS == "1,2,3"
+    out = subprocess.run(["make", "-n", "small", "SMALL_SEEDS=1,2", "PRECISION=fp32"], cwd=REPO, capture_output=True,
+                         text=True, timeout=30).stdout
+    assert "--precision fp32 --seeds 1,2" in " ".join(out.replace("\\\n", " ").split())
 
 
 def fake_run(root: Path, task: str, norm: str, seed: int, bleu: dict[str, float] | None, ms: float,
-             status: str = "completed", data_info: dict | None = None) -> None:
-    """A run directory as the runner writes it (summary.json, config.yaml, metrics.jsonl)."""
-    p = 0.0625 if norm == "prmsnorm" else 1.0
+             status: str = "completed", data_info: dict | None = None, p: float | None = None) -> None:
+    """A run directory as the runner writes it (summary.json, config.yaml, metrics.jsonl); pRMSNorm at its
+    recipe's p unless p is given."""
+    p = p if p is not None else small.recipe_p(task) if norm == "prmsnorm" else 1.0
     path = root / task / f"{norm}-p{p}-s{seed}"
     path.mkdir(parents=True)
     model = ({"encoder_layers": 3, "decoder_layers": 3, "d_model": 256, "ffn_dim": 1024, "heads": 4, "dropout": 0.1}
@@ -194,7 +199,8 @@ def test_small_report_from_run_directories(tmp_path):
             "(n=1), RMSNorm 31.40 (n=1) (`valid_beam_bleu`); difference +0.40; 1 seed(s) on one side: an interval "
             "needs 2+ seeds a side") in text
     assert "| transformer: pRMSNorm's valid BLEU matches LayerNorm's (within 1 BLEU) | **cannot tell** |" in text
-    assert "## Every run" in text and "| rnnsearch | prmsnorm p=0.0625 | 1 | completed | 300 | - | - | 25.00 | 30.80 | 5.0 + 2.5 |" in text
+    assert "## Every run" in text
+    assert "| rnnsearch | prmsnorm p=0.125 | 1 | completed | 300 | - | - | 25.00 | 30.80 | 5.0 + 2.5 |" in text
     assert "transformer: rmsnorm is faster per step than LayerNorm" in text and "reader" not in text
     assert "5.0 + 2.5" in text  # minutes of training + final evaluation
     assert (out / "figures" / "transformer.png").exists() and "![rnnsearch](figures/rnnsearch.png)" in text
@@ -310,13 +316,44 @@ def test_make_small_says_its_runs_place_and_time_before_it_starts(tmp_path: Path
     # every run of rnnsearch finished (records kept without their weights, as results/small/runs): its sweep
     # is not started at all, so nothing a sweep job could refuse or retrain (another precision) is asked of it
     for norm in small.NORMS:
+        p = small.recipe_p("rnnsearch") if norm == "prmsnorm" else 1.0  # pRMSNorm at the recipe's p
         for seed in (1, 2):
-            run = tmp_path / "small" / "runs" / "rnnsearch" / f"{norm}-p1.0-s{seed}"
+            run = tmp_path / "small" / "runs" / "rnnsearch" / f"{norm}-p{p}-s{seed}"
             run.mkdir(exist_ok=True)
-            (run / "config.yaml").write_text(f"task: {{name: rnnsearch}}\nnorm: {{name: {norm}, p: 1.0}}\nseed: {seed}\n")
-            (run / "summary.json").write_text(json.dumps({"task": "rnnsearch", "norm": norm, "p": 1.0, "seed": seed,
+            (run / "config.yaml").write_text(
+                f"task: {{name: rnnsearch}}\nnorm: {{name: {norm}, p: {p}}}\nseed: {seed}\n")
+            (run / "summary.json").write_text(json.dumps({"task": "rnnsearch", "norm": norm, "p": p, "seed": seed,
                                                           "status": "completed", "steps": 100, "final": {},
                                                           "wall_s": 600.0}))
     ran.clear()
     assert small.main(args + ["--only", "rnnsearch"]) == 0
     assert ran == [] and "every run under" in capsys.readouterr().out
+
+
+def test_the_report_states_the_seeds_present_and_missing_and_leaves_other_ps_unjudged(tmp_path):
+    """Seeds 1-3 are make small's default: a report from two seeds says which runs are missing and what they
+    cost, and pRMSNorm runs at a p other than the recipe's (k below the paper's) are shown, never judged."""
+    out = tmp_path / "small"
+    for seed in (1, 2):
+        for norm in ("none", "layernorm", "rmsnorm"):
+            fake_run(out / "runs", "transformer", norm, seed, {"valid_beam_bleu": 30.0 + seed}, 600.0)
+        fake_run(out / "runs", "transformer", "prmsnorm", seed, {"valid_beam_bleu": 20.0}, 600.0, p=0.0625)
+    assert small.main(["--out", str(out), "--report-only"]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert small.DEFAULT_SEEDS == "1,2,3" and "Seeds 1,2,3 a model" in text
+    assert ("- transformer: seeds present: none 1,2; layernorm 1,2; rmsnorm 1,2; prmsnorm p=0.125 none. **Missing: 6 "
+            "runs** (none s3, layernorm s3, rmsnorm s3, prmsnorm s1, prmsnorm s2, prmsnorm s3)") in text
+    assert "- rnnsearch: seeds present: none none; layernorm none" in text and "**Missing: 12 runs**" in text
+    assert "**Not this recipe:** transformer pRMSNorm p=0.0625 (2 runs): the recipe's p is 0.125" in text
+    assert "| transformer | prmsnorm p=0.0625 | 1 | completed (not this recipe: p) |" in text
+    claims = [line for line in text.splitlines() if line.startswith("| transformer: pRMSNorm's")]
+    assert claims and all("p=0.0625" not in line for line in claims)  # judged on no run of another p
+    assert small.finished_runs(out / "runs" / "transformer", "1,2,3") == 6  # the p=6.25% runs are not this sweep's
+
+
+def test_the_small_recipes_give_prmsnorm_the_papers_k():
+    from rmsnorm_repro.norms.formulas import partial_k
+
+    assert small.recipe_p("rnnsearch") == small.recipe_p("transformer") == 0.125
+    assert partial_k(512, small.recipe_p("rnnsearch")) == partial_k(1024, 0.0625) == 64
+    assert partial_k(256, small.recipe_p("transformer")) == partial_k(512, 0.0625) == 32

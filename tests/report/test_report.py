@@ -166,13 +166,11 @@ def test_figure_with_no_data_is_skipped(tmp_path: Path):
     assert figures.draw("fig5", runs, tmp_path / "fig5.png") is None  # no reader runs at all
 
 
-def test_demo_report_states_each_claim_with_numbers(tmp_path: Path):
+def test_demo_report_states_each_claim_with_numbers(tmp_path: Path, monkeypatch):
     out = tmp_path / "mini"
     write_fake_runs(out / "runs" / "rnnsearch")
-    for p, bleu in ((0.25, 19.0), (0.5, 20.5), (1.0, 20.0)):
-        write_run(out / "runs" / "rnnsearch-fig3", "rnnsearch", "prmsnorm", 1, p=p, best={"bleu": bleu})
-    write_run(out / "runs" / "rnnsearch-fig4", "rnnsearch", "layernorm", 1, status="diverged", model={"init_center": 0.2})
-    write_run(out / "runs" / "rnnsearch-fig4", "rnnsearch", "rmsnorm", 1, best={"bleu": 12.0}, model={"init_center": 0.2})
+    # no spreads: every claim as its rule judges it (which the demo cannot afford: tests/campaigns/test_demo.py)
+    monkeypatch.setattr(demo, "SPREADS_PATH", tmp_path / "none.json")
     path = demo.write_report(out, {"rnnsearch": (0, 90.0)})
     text = path.read_text()
     claims = {line.split(" | ")[0][2:].replace("\\|", "|"): line for line in text.splitlines()
@@ -196,17 +194,15 @@ def test_demo_report_states_each_claim_with_numbers(tmp_path: Path):
     assert "**cannot tell** | not measured side by side" in speed and "LayerNorm 675.0 ± 7.1 (n=2)" in speed
     # Table 5's statistics of one seed a side: no interval
     assert "**cannot tell** | layernorm \\|M\\| 1.500 (n=1)" in next(v for k, v in claims.items() if k.startswith("Table 5"))
-    # a line through Table 2's pRMSNorm seeds (0.0625, 20) x 2 and Figure 3's (0.25, 19), (0.5, 20.5), (1, 20): its 90%
-    # interval, from pRMSNorm's own 3 residual df (never other norms' seeds), reaches past +1
-    fig3 = claims["Fig. 3: pRMSNorm's best valid BLEU changes by less than 1 BLEU across p"]
-    assert ("**cannot tell** | p=0.0625: 20.00, p=0.25: 19.00, p=0.5: 20.50, p=1: 20.00; the fitted change over "
-            "p=0.0625-1: +0.28, 90% interval [") in fig3 and "(3 df, pRMSNorm's own residuals) vs +-1" in fig3
-    assert "**holds**" in next(v for k, v in claims.items() if k.startswith("Fig. 4"))
+    # the demo trains no Figure 3 or 4 sweep (their claims need more seeds than it can afford): one p, no shifted init
+    assert "**cannot tell**" in next(v for k, v in claims.items() if k.startswith("Fig. 3"))
+    assert "**cannot tell**" in next(v for k, v in claims.items() if k.startswith("Fig. 4"))
     assert "| rnnsearch | 0 | 1.5 |" in text  # the sweep's time
     for section in ("## Table 1", "## Table 2:", "## Table 5:", "## Figure 3:", "## Figure 4:"):
         assert section in text, section
     assert "No runs: the `reader` sweep produced none" in text
-    assert text.count("![fig1](figures/fig1.png)") == 1 and (out / "figures" / "fig4.png").exists()
+    assert text.count("![fig1](figures/fig1.png)") == 1 and not (out / "figures" / "fig4.png").exists()
+    assert text.count("No runs at mini: no sweep trains this setting") == 2
 
 
 def test_claims_cannot_tell_when_nothing_learned(tmp_path: Path):

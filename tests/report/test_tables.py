@@ -62,3 +62,40 @@ def test_a_time_page_of_fp32_cuda_runs_says_whether_they_ran_on_tf32(tmp_path: P
     write_run(tmp_path / "cpu", "convpool", "layernorm", 1, final={"error": 10.0})
     assert report_main([str(tmp_path / "cpu"), "--table", "table10", "--out", str(tmp_path / "cpu_pages")]) == 0
     assert "TF32" not in (tmp_path / "cpu_pages" / "table10.md").read_text()
+
+
+def test_a_run_stopped_by_the_wall_clock_cap_is_marked_capped_in_the_table_and_the_run_list(tmp_path: Path):
+    """A run train.max_minutes stopped trained fewer steps than its recipe: every table that shows its group
+    says so, and its group's run list too; a run that ran its steps is not marked."""
+    import json
+
+    from rmsnorm_repro.report.aggregate import group_runs, load_runs
+    from rmsnorm_repro.report.tables import runs_cell
+
+    capped = write_run(tmp_path / "runs", "rnnsearch", "l2norm", 1, final={"test14_bleu": 1.7})
+    summary = json.loads((capped / "summary.json").read_text())
+    (capped / "summary.json").write_text(json.dumps({**summary, "steps": 40, "stopped_by": "train.max_minutes"}))
+    write_run(tmp_path / "runs", "rnnsearch", "l2norm", 2, final={"test14_bleu": 60.0})
+    write_run(tmp_path / "runs", "rnnsearch", "layernorm", 1, final={"test14_bleu": 60.0})
+    assert report_main([str(tmp_path / "runs"), "--table", "table2", "--out", str(tmp_path / "pages")]) == 0
+    page = (tmp_path / "pages" / "table2.md").read_text()
+    header = _row(page, "model")
+    l2, ln = dict(zip(header, _row(page, "L2-Norm"))), dict(zip(header, _row(page, "LayerNorm")))
+    assert l2["runs"] == "2; CAPPED: 1 stopped by train.max_minutes (steps 40), not complete" and ln["runs"] == "1"
+    assert "- l2norm (completed: 2; CAPPED: 1 stopped by train.max_minutes (steps 40), not complete)" in page
+    runs = load_runs(tmp_path / "runs")
+    assert sorted(run.capped for run in runs) == [False, False, True]
+    assert all("CAPPED" not in runs_cell(g) for g in group_runs([r for r in runs if not r.capped]))
+
+
+def test_a_page_of_runs_that_shared_the_machine_shows_no_time_of_their_own(tmp_path: Path):
+    from rmsnorm_repro.report.aggregate import load_runs
+    from rmsnorm_repro.report.tables import render_page
+
+    for norm in ("layernorm", "rmsnorm"):
+        write_run(tmp_path / "runs", "transformer", norm, 1, s_per_1k=300.0, final={"test14_bleu": 20.0})
+    runs = load_runs(tmp_path / "runs")
+    alone = render_page("table4", runs, "runs", {}, tmp_path)
+    shared = render_page("table4", runs, "runs", {}, tmp_path, own_clock=False)
+    assert "time ours" in _row(alone, "model") and "time ours" not in _row(shared, "model")
+    assert "they shared the machine, so their own clocks are not comparable" in shared
