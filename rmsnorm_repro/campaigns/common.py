@@ -146,51 +146,6 @@ def partial_widths(task: str, scale: str) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
-# Seeds per claim --------------------------------------------------------------------------------------
-POWER_DRAWS, POWER_SEED = 2000, 0
-
-
-def welch_intervals(x: "np.ndarray", base: "np.ndarray", level: float) -> tuple["np.ndarray", "np.ndarray"]:
-    """report/claims.difference_interval over many draws at once: rows of x and base are one draw's seeds;
-    Welch's two-sided `level` interval on mean(x) - mean(base) per row, as (lo, hi) arrays."""
-    import numpy as np
-    from scipy import stats
-
-    nx, nb = x.shape[1], base.shape[1]
-    va, vb = x.var(axis=1, ddof=1) / nx, base.var(axis=1, ddof=1) / nb
-    diff, se = x.mean(axis=1) - base.mean(axis=1), np.sqrt(va + vb)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        df = (va + vb) ** 2 / (va ** 2 / (nx - 1) + vb ** 2 / (nb - 1))
-    half = np.where(se > 0, stats.t.ppf(0.5 + level / 2, np.nan_to_num(df, nan=1.0)) * se, 0.0)
-    return diff - half, diff + half
-
-
-def claim_power(kind: str, x: tuple[float, float], base: tuple[float, float], n: int, margin: float = 0.0) -> float:
-    """The chance a claim holds with n seeds a side whose metric is normal with the measured (mean, sd) of
-    each side, by report/claims.py's rule: for a match ("match"), the 90% interval of the difference inside
-    +-margin when the two truly match (both at base's mean); for a direction ("below"/"above"), the 95%
-    interval on the claimed side of 0 when the true difference is the measured one's size, that way."""
-    import numpy as np
-
-    from ..report.claims import DIFFERENCE_LEVEL, EQUIVALENCE_LEVEL
-
-    rng = np.random.default_rng(POWER_SEED)
-    effect = 0.0 if kind == "match" else abs(x[0] - base[0]) * (-1 if kind == "below" else 1)
-    xs = rng.normal(base[0] + effect, x[1], (POWER_DRAWS, n))
-    bs = rng.normal(base[0], base[1], (POWER_DRAWS, n))
-    if kind == "match":
-        lo, hi = welch_intervals(xs, bs, EQUIVALENCE_LEVEL)
-        return float(np.mean((lo > -margin) & (hi < margin)))
-    lo, hi = welch_intervals(xs, bs, DIFFERENCE_LEVEL)
-    return float(np.mean(hi < 0 if kind == "below" else lo > 0))
-
-
-def seeds_for_power(kind: str, x: tuple[float, float], base: tuple[float, float], margin: float = 0.0,
-                    power: float = 0.5, most: int = 20) -> int | None:
-    """The fewest seeds a side (2 to `most`) at which claim_power reaches `power`; None when none does."""
-    return next((n for n in range(2, most + 1) if claim_power(kind, x, base, n, margin) >= power), None)
-
-
 def finished_at(runs: list[Run]) -> str:
     """When the newest of the runs finished (its summary.json), so rewriting the report from the
     same runs writes the same text."""

@@ -25,13 +25,12 @@ from ..atomic import atomic_write_text, cannot_write
 from ..launchers.sweep import job_count
 from ..norms import table1
 from ..paths import configs_dir
-from ..report import figures as figs
+from ..report import figures as figs, rules
 from ..report.aggregate import describe_env
 from ..report.claims import TASK_ORDER, Claim, judge, markdown as claims_markdown
 from ..report.tables import PAGES, render_page
-from .common import (ROOT, Damaged, TimedBar, claim_power, damaged_lines, finished_at, load_speed, load_timings,
-                     measure_speed, partial_widths, report_damaged, run_logged, runs_of, save_timings, seeds_for_power,
-                     timings_table)
+from .common import (ROOT, Damaged, TimedBar, damaged_lines, finished_at, load_speed, load_timings,
+                     measure_speed, partial_widths, report_damaged, run_logged, runs_of, save_timings, timings_table)
 
 
 @dataclass(frozen=True)
@@ -161,6 +160,15 @@ class Decision:
     measured: bool = True        # spreads.json has both groups' spreads (else the claim's rule alone decides)
 
 
+def rule_of(plan: ClaimPlan, x: tuple[float, float],
+            base: tuple[float, float]) -> tuple[str, float, float, float, float]:
+    """report/rules.py's (rule, sd_x, sd_base, effect, margin) for a claim at measured (mean, sd) sides: a match
+    with no true difference, a direction whose true difference is the measured one's size."""
+    if plan.kind == "match":
+        return "match", x[1], base[1], 0.0, plan.margin
+    return "direction", x[1], base[1], abs(x[0] - base[0]), plan.margin
+
+
 def decide(plan: ClaimPlan, spreads: dict[str, dict[str, dict]]) -> Decision:
     """The seeds SWEEPS gives the claim against those a 50% chance needs at the measured spreads (a claim over
     several comparisons: the most any one needs, and the least chance of any one)."""
@@ -173,8 +181,9 @@ def decide(plan: ClaimPlan, spreads: dict[str, dict[str, dict]]) -> Decision:
     power = 1.0
     for pair in plan.pairs:
         x, base = ((entry[label]["mean"], entry[label]["sd"]) for label in pair)
-        needed = seeds_for_power(plan.kind, x, base, plan.margin, most=MOST_SEEDS)
-        power = min(power, claim_power(plan.kind, x, base, seeds, plan.margin) if seeds >= 2 else 0.0)
+        rule, *setting = rule_of(plan, x, base)
+        needed = rules.seeds_for_power(rule, *setting, wanted=0.5, most=MOST_SEEDS)
+        power = min(power, rules.power(rule, seeds, *setting))
         if worst is None or (needed or MOST_SEEDS + 1) > worst[0]:
             worst = (needed or MOST_SEEDS + 1, pair)
     needed, pair = (worst[0] if worst[0] <= MOST_SEEDS else None), worst[1]

@@ -43,27 +43,3 @@ def test_the_mini_transformer_at_the_papers_p_would_be_narrower_than_the_papers_
     from rmsnorm_repro.norms.formulas import partial_k
 
     assert partial_k(64, 0.0625) == 4 < partial_k(512, 0.0625) == 32 <= partial_k(64, 0.5)
-
-
-# Seeds per claim: the power of report/claims.py's rules ------------------------------------------------
-def test_welch_intervals_are_the_claims_rule():
-    import numpy as np
-
-    from rmsnorm_repro.report.aggregate import Stat
-    from rmsnorm_repro.report.claims import difference_interval
-
-    rng = np.random.default_rng(3)
-    x, base = rng.normal(1.0, 2.0, (5, 3)), rng.normal(0.0, 0.5, (5, 4))
-    lo, hi = common.welch_intervals(x, base, 0.9)
-    for i in range(5):
-        want = difference_interval(Stat.of(x[i]), Stat.of(base[i]), 0.9)
-        assert (lo[i], hi[i]) == pytest.approx(want)
-
-
-def test_claim_power_grows_with_seeds_and_falls_with_spread():
-    assert common.claim_power("match", (30, 5.0), (30, 5.0), 3, margin=1.0) < 0.05  # mini BLEU spreads: hopeless
-    tight = [common.claim_power("match", (0.1, 0.004), (0.1, 0.004), n, margin=0.01) for n in (2, 3, 6)]
-    assert tight[0] < tight[1] < tight[2] and tight[2] > 0.9
-    assert common.claim_power("below", (2.0, 0.1), (5.0, 0.01), 2) > 0.9  # Figure 1's gap: two seeds decide
-    assert common.seeds_for_power("below", (11.0, 2.0), (26.0, 3.0)) == 2
-    assert common.seeds_for_power("match", (30, 5.0), (30, 5.0), margin=1.0, most=10) is None
