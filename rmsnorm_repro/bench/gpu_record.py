@@ -10,8 +10,10 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from ..paths import PACKAGE
+
 _IMPORTED = time.perf_counter()
-_CHECKOUT = Path(__file__).resolve().parents[2]
+_CHECKOUT = PACKAGE.parent
 
 
 def portable(text: str, out: Path | None = None) -> str:

@@ -37,7 +37,7 @@ from .common import (ROOT, Damaged, TimedBar, damaged_lines, finished_at, load_s
 
 TASKS = ("rnnsearch", "transformer")
 NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
-DEFAULT_SEEDS = "1,2,3"  # what `make small` trains (report/calibrate.py reads it for docs/verdicts.md)
+DEFAULT_SEEDS = "1,2,3"  # what `make small` trains (campaigns/calibrate.py reads it for docs/verdicts.md)
 TITLES = {"rnnsearch": "RNNSearch (the paper's Tables 2 and 3, on Multi30k)",
           "transformer": "Transformer (the paper's Table 4, on Multi30k)"}
 DEFAULT_DATA_ROOT = Path("data") / "multi30k"

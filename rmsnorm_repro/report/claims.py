@@ -5,7 +5,7 @@ tests are stated in each function's docstring and in the line it returns, so a r
 with a threshold knowing what it was. Each claim is framed as the paper frames it: a match (`equivalence`),
 a direction (`direction`, `all_directions`), a non-inferiority (Figure 4), a trend over p (Figure 3), a count
 of divergences (Figure 4's instability); the rules themselves are report/rules.py's, the speed claims
-report/speed_claims.py's; report/calibrate.py measures each rule's error rates (docs/verdicts.md). A group
+report/speed_claims.py's; campaigns/calibrate.py measures each rule's error rates (docs/verdicts.md). A group
 with an incomplete run (diverged, failed, capped) never "holds" on its survivors, and a group at its
 metric's bound (BLEU 100, error 0) is not judged.
 `judge` gives every claim some runs bear on; `rmsnorm-report claims RUN_OR_DIR...` prints it (`main`).
@@ -53,7 +53,7 @@ LEARNED_BLEU = 1.0
 FAILS_TO_TRAIN_FRACTION = 0.5
 # below this p a one-sided Fisher's exact test calls one norm's divergences more frequent (Figure 4)
 DIVERGENCE_LEVEL = 0.05
-# the per-claim false verdict rate every rule keeps to (docs/verdicts.md, tests/report/test_calibrate.py)
+# the per-claim false verdict rate every rule keeps to (docs/verdicts.md, tests/campaigns/test_calibrate.py)
 FALSE_VERDICT_BOUND = 0.10
 
 

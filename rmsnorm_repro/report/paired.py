@@ -2,7 +2,7 @@
 
 bench.steps times norms in balanced order, step s of round r on the same batch for every norm; here a
 comparison is judged from the rounds' mean log ratios (rounds as blocks), and speed.json is read and
-written. report/claims.speed_claims and report/calibrate use these without building models.
+written. report/claims.speed_claims and campaigns/calibrate use these without building models.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ interval (each side's own variance, Welch-Satterthwaite degrees of freedom, t qu
 a match needs its 90% interval inside +-margin (TOST at 5%), a direction its 95% interval on one side of
 0, a non-inferiority its 90% interval above -margin. An interval of zero width (no spread on either side:
 a ceiling, a floor, or identical runs) has no noise estimate and decides nothing. `power` simulates a rule,
-through the same functions, at given seeds and spreads: what the claims print and report/calibrate.py uses.
+through the same functions, at given seeds and spreads: what the claims print and campaigns/calibrate.py uses.
 """
 from __future__ import annotations
 

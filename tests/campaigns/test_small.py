@@ -126,13 +126,13 @@ def test_sweep_command_runs_the_four_norms_of_one_task(tmp_path):
 def test_make_small_chooses_precision_by_amx_and_passes_the_settings():
     makefile = (REPO / "Makefile").read_text()
     assert "PRECISION ?= $(shell lscpu 2>/dev/null | grep -q amx_bf16 && echo bf16 || echo fp32)" in makefile
-    out = subprocess.run(["make", "-n", "small", "SEEDS=1,2", "DATA_ROOT=/x/m30k", "SMALL_JOBS=1", "PRECISION=bf16"],
+    out = subprocess.run(["make", "--no-print-directory", "-n", "small", "SEEDS=1,2", "DATA_ROOT=/x/m30k", "SMALL_JOBS=1", "PRECISION=bf16"],
                          cwd=REPO, capture_output=True, text=True, timeout=30).stdout
     line = " ".join(out.replace("\\\n", " ").split())
     # no SMALL_SEEDS: no --seeds, so campaigns/small.py's DEFAULT_SEEDS (1,2,3) decides, stated once there
     assert line.endswith("-m rmsnorm_repro.campaigns.small --out results/small --data-root /x/m30k --jobs 1 "
                          "--precision bf16") and small.DEFAULT_SEEDS == "1,2,3"
-    out = subprocess.run(["make", "-n", "small", "SMALL_SEEDS=1,2", "PRECISION=fp32"], cwd=REPO, capture_output=True,
+    out = subprocess.run(["make", "--no-print-directory", "-n", "small", "SMALL_SEEDS=1,2", "PRECISION=fp32"], cwd=REPO, capture_output=True,
                          text=True, timeout=30).stdout
     assert "--precision fp32 --seeds 1,2" in " ".join(out.replace("\\\n", " ").split())
 

@@ -1,4 +1,4 @@
-"""python -m rmsnorm_repro.report.calibrate: each verdict rule's error rates and power, simulated, for the tiers
+"""python -m rmsnorm_repro.campaigns.calibrate: each verdict rule's error rates and power, simulated, for the tiers
 as their campaigns run them, into docs/verdicts.md.
 
 The tiers are read from what runs: the mini tier from campaigns/demo.py's SWEEPS (each sweep's preset
@@ -10,7 +10,7 @@ spreads equal and 2x and 3x apart. A rule's false verdict rate is the larger of 
 is true) and P(holds | the claim is false: an effect at the margin; for a direction: no effect); its power
 is P(holds | true) at a spread of half the margin. Then each claim's power at its tier's seeds with the
 spreads its groups showed (small: results/small/runs; mini: results/mini/spreads.json) and the seeds a
-side that give 80%. Seeded: the same numbers every time (tests/report/test_calibrate.py checks the page).
+side that give 80%. Seeded: the same numbers every time (tests/campaigns/test_calibrate.py checks the page).
 """
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ from omegaconf import OmegaConf
 
 from ..atomic import atomic_write_text
 from ..paths import configs_dir, repo_dir
-from . import paired
-from .claims import DIRECTION_SOURCES, DIRECTIONS, QUALITY, divergence_verdict
-from .rules import FAILS, HOLDS, UNSURE, equivalence_decision, power, seeds_for_power, simulate, trend
+from ..report import paired
+from ..report.claims import DIRECTION_SOURCES, DIRECTIONS, QUALITY, divergence_verdict
+from ..report.rules import FAILS, HOLDS, UNSURE, equivalence_decision, power, seeds_for_power, simulate, trend
+from . import demo, small
 
 DRAWS = 4000
 SPEED_DRAWS = 300  # the speed simulation times rounds one by one (slow): fewer draws, rates to about +-2%
@@ -96,8 +97,6 @@ def _tier(name: str, sweeps: list[tuple[str, tuple[str, ...]]]) -> Tier:
 
 def tiers() -> tuple[Tier, ...]:
     """The three tiers, read from the campaigns and presets, with the spreads their runs measured."""
-    from ..campaigns import demo, small
-
     mini = _tier("mini (make demo)", [(s.experiment, s.overrides) for s in demo.SWEEPS])
     seeds = len(small.DEFAULT_SEEDS.split(","))
     small_tier = Tier("small (make small)", {task: (small.NORMS, seeds) for task in small.TASKS})
@@ -122,7 +121,7 @@ def mini_measured() -> tuple[dict, str]:
 
 def small_measured() -> tuple[dict, str]:
     """The small tier's spreads: each group of results/small/runs on the metric its match claim compares."""
-    from .aggregate import group_runs, load_runs
+    from ..report.aggregate import group_runs, load_runs
 
     repo = repo_dir()
     root = repo / "results" / "small" / "runs" if repo is not None else None
@@ -300,7 +299,7 @@ def measured_power(found: tuple[Tier, ...]) -> list[tuple[str, str, str, int, fl
 def markdown(result: dict, draws: int = DRAWS, speed_draws: int = SPEED_DRAWS) -> str:
     found = result["tiers"]
     lines = ["# Verdicts: each rule's error rates and power", "",
-             "Written by `python -m rmsnorm_repro.report.calibrate` (seeded simulation; "
+             "Written by `python -m rmsnorm_repro.campaigns.calibrate` (seeded simulation; "
              f"{draws} draws a scenario, {speed_draws} for speed). A claim's verdict is \"holds\", \"does not hold\" "
              "or \"cannot tell\" (report/rules.py, report/claims.py, report/speed_claims.py). **False verdict**: the "
              "larger of P(does not hold) when the claim is true (no effect) and P(holds) when it is false (an effect "
@@ -309,7 +308,7 @@ def markdown(result: dict, draws: int = DRAWS, speed_draws: int = SPEED_DRAWS) -
              f"direction; a {paired.DECIDE:.0%} speed-up for speed), at a seed spread of half the margin. Each rule "
              f"runs with the two groups' spreads equal, {SPREADS[1]}x and {SPREADS[2]}x apart (Figure 3: its p runs "
              "that much noisier than Table 2's pRMSNorm seeds; speed: one norm's round spread). Every false verdict "
-             "rate is at most 10% (tests/report/test_calibrate.py checks it, and that this page is what the "
+             "rate is at most 10% (tests/campaigns/test_calibrate.py checks it, and that this page is what the "
              "campaigns run today). A group with an incomplete run (diverged, failed, capped), a zero-width "
              "interval or a group at its metric's bound is \"cannot tell\" before any rule runs.", "",
              "## The tiers, as their campaigns run them", ""]
@@ -353,7 +352,7 @@ def markdown(result: dict, draws: int = DRAWS, speed_draws: int = SPEED_DRAWS) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmsnorm_repro.report.calibrate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rmsnorm_repro.campaigns.calibrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs") / "verdicts.md", help="where the page goes")
     args = parser.parse_args(argv)
     text = markdown(calibrate())

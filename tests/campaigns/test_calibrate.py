@@ -1,12 +1,11 @@
-"""Each verdict rule's error rates (report/calibrate.py): every false verdict rate at most 10% with the groups'
+"""Each verdict rule's error rates (campaigns/calibrate.py): every false verdict rate at most 10% with the groups'
 spreads equal and 2x and 3x apart, at the seeds the campaigns run today; docs/verdicts.md is what they give."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from rmsnorm_repro.campaigns import demo, small
+from rmsnorm_repro.campaigns import calibrate, demo, small
 from rmsnorm_repro.paths import repo_dir
-from rmsnorm_repro.report import calibrate
 
 
 def test_every_rule_s_false_verdict_rate_is_at_most_10_percent_at_unequal_spreads():
@@ -28,12 +27,12 @@ def test_the_tiers_are_read_from_the_campaigns(monkeypatch):
     assert not small_tier.fig3_ps and not small_tier.fig4_seeds  # make small trains neither
     assert paper.tasks["rnnsearch"][1] == 3 and len(paper.fig3_ps) == 10
     # a campaign that changes its seeds changes the page
-    monkeypatch.setattr(demo, "SWEEPS", tuple(replace(s, overrides=("seed=1,2,3",)) if s.name == "reader" else s
+    monkeypatch.setattr(demo, "SWEEPS", tuple(replace(s, seeds=3) if s.name == "reader" else s
                                              for s in demo.SWEEPS))
     assert calibrate.tiers()[0].tasks["reader"][1] == 3
 
 
 def test_docs_verdicts_md_is_what_the_campaigns_give_today():
-    """docs/verdicts.md regenerated (python -m rmsnorm_repro.report.calibrate) equals the committed page."""
+    """docs/verdicts.md regenerated (python -m rmsnorm_repro.campaigns.calibrate) equals the committed page."""
     committed = (repo_dir() / "docs" / "verdicts.md").read_text(encoding="utf-8")
-    assert calibrate.markdown(calibrate.calibrate()) == committed, "run python -m rmsnorm_repro.report.calibrate"
+    assert calibrate.markdown(calibrate.calibrate()) == committed, "run python -m rmsnorm_repro.campaigns.calibrate"
