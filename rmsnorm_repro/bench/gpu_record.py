@@ -10,24 +10,21 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from ..paths import PACKAGE
+from ..redact import machine_folders, without_machine_folders
 
 _IMPORTED = time.perf_counter()
-_CHECKOUT = PACKAGE.parent
 
 
 def portable(text: str, out: Path | None = None) -> str:
-    """text without this machine's paths (no file the suite writes names them): the output folder, the
-    checkout, the python's prefix and the home folder become <out>, <checkout>, <python> and ~."""
-    roots = {str(Path(sys.prefix).resolve()): "<python>", str(Path(sys.base_prefix).resolve()): "<python>",
-             sys.prefix: "<python>", sys.base_prefix: "<python>", str(_CHECKOUT): "<checkout>",
-             str(Path.home()): "~"}
+    """text without this machine's paths (no file the suite writes names them): redact.machine_folders (the
+    checkout, home, temporary folder) and, longer ones first, the output folder and the python's prefix
+    become <out> and <python>."""
+    prefixes = (sys.prefix, sys.base_prefix)
+    extra = {form: "<python>" for prefix in prefixes for form in (prefix, str(Path(prefix).resolve()))}
     if out is not None:
-        roots[str(out.resolve())] = roots[str(out)] = "<out>"
-    for root in sorted(roots, key=len, reverse=True):
-        if len(root) > 1:
-            text = text.replace(root, roots[root])
-    return text
+        extra.update({str(out): "<out>", str(out.resolve()): "<out>"})
+    folders = sorted({**dict(machine_folders()), **extra}.items(), key=lambda item: -len(item[0]))
+    return without_machine_folders(text, folders)
 
 
 def process_age_s() -> float:

@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 from ..atomic import atomic_write_text
 from ..paths import configs_dir, repo_dir
 from ..report import paired
+from ..report.aggregate import group_runs, load_runs
 from ..report.claims import DIRECTION_SOURCES, DIRECTIONS, QUALITY, divergence_verdict
 from ..report.rules import FAILS, HOLDS, UNSURE, equivalence_decision, power, seeds_for_power, simulate, trend
 from . import demo, small
@@ -42,17 +43,8 @@ SPEED_STEPS = 8    # paired steps a round (bench.steps.side_by_side's default, e
 # Figure 4's divergence counts: a per-run divergence probability shared by both norms (no effect), and
 # LayerNorm's against RMSNorm's when the paper is right
 DIVERGE_NULL, DIVERGE_EFFECT = 0.3, (0.9, 0.0)
-# where the mini tier's measured spreads come from, and what stands in until that file exists: the
-# committed results/mini/REPORT.md's claim lines (f15a5c5)
+# where the mini tier's measured spreads come from (the demo's calibration runs)
 MINI_SPREADS = Path("results") / "mini" / "spreads.json"
-MINI_SPREADS_FALLBACK = {
-    "rnnsearch": {"layernorm": {"metric": "test_bleu", "sd": 0.0, "n": 2, "mean": 100.0},
-                  "rmsnorm": {"metric": "test_bleu", "sd": 0.0, "n": 2, "mean": 100.0},
-                  "prmsnorm": {"metric": "test_bleu", "sd": 29.90, "n": 2, "mean": 34.13}},
-    "transformer": {"layernorm": {"metric": "test_bleu", "sd": 5.13, "n": 2, "mean": 33.70},
-                    "rmsnorm": {"metric": "test_bleu", "sd": 9.75, "n": 2, "mean": 31.11},
-                    "prmsnorm": {"metric": "test_bleu", "sd": 0.10, "n": 2, "mean": 0.07}},
-}
 
 
 @dataclass(frozen=True)
@@ -109,20 +101,17 @@ def tiers() -> tuple[Tier, ...]:
 
 
 def mini_measured() -> tuple[dict, str]:
-    """The mini tier's spreads: results/mini/spreads.json ({sweep: {norm: {metric, sd, n, mean}}}), else the
-    committed report's (MINI_SPREADS_FALLBACK), saying which."""
+    """The mini tier's spreads: results/mini/spreads.json ({sweep: {norm: {metric, sd, n, mean}}}), saying where
+    they come from (none where it is absent)."""
     repo = repo_dir()
     path = repo / MINI_SPREADS if repo is not None else None
     if path is not None and path.exists():
         return json.loads(path.read_text(encoding="utf-8")), f"{MINI_SPREADS.as_posix()}"
-    return MINI_SPREADS_FALLBACK, (f"{MINI_SPREADS.as_posix()} is absent: the spreads of the committed "
-                                   "results/mini/REPORT.md's claims (f15a5c5)")
+    return {}, f"{MINI_SPREADS.as_posix()} is absent"
 
 
 def small_measured() -> tuple[dict, str]:
     """The small tier's spreads: each group of results/small/runs on the metric its match claim compares."""
-    from ..report.aggregate import group_runs, load_runs
-
     repo = repo_dir()
     root = repo / "results" / "small" / "runs" if repo is not None else None
     if root is None or not root.is_dir():
