@@ -22,6 +22,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -337,6 +338,16 @@ SUMMARY_NUMBERS = ("steps", "p", "seed", "s_per_1k_steps", "step_ms_median", "st
 SUMMARY_SCALARS = ("status", "steps", "step_ms_median", "step_ms_mean", "s_per_1k_steps", "s_per_1k_steps_ci95",
                    "selected_step", "selection", "diverged_at", "interrupted_by", "stopped_by", "wall_s",
                    "examples_per_s", "tokens_per_s")
+ENDED_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # summary.json's ended_utc: when the run wrote it (UTC)
+
+
+def ended_utc(summary: dict[str, Any]) -> datetime | None:
+    """When the run wrote its summary, or None where it does not say (runs before ended_utc, or a value
+    this format does not read)."""
+    try:
+        return datetime.strptime(summary["ended_utc"], ENDED_FORMAT).replace(tzinfo=timezone.utc)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 class RecordError(ValueError):

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..atomic import atomic_write_text
 from ..report.paired import Measured, SpeedUnreadable, read_speed, write_speed
 from ..paths import repo_dir
+from ..record import ended_utc
 from ..report import figures as figs
 from ..report.aggregate import Run, load_runs
 
@@ -147,10 +148,13 @@ def partial_widths(task: str, scale: str) -> list[tuple[int, int]]:
 
 
 def finished_at(runs: list[Run]) -> str:
-    """When the newest of the runs finished (its summary.json), so rewriting the report from the
-    same runs writes the same text."""
-    times = [(r.path / "summary.json").stat().st_mtime for r in runs if (r.path / "summary.json").exists()]
-    return f"{datetime.fromtimestamp(max(times), timezone.utc):%Y-%m-%d %H:%M} UTC" if times else "never"
+    """When the newest of the runs ended, by the time each wrote into its summary (ended_utc; a file's
+    mtime is its checkout's, not its run's), and how many do not say; the same runs give the same text."""
+    times = [t for t in (ended_utc(r.summary) for r in runs) if t is not None]
+    unrecorded = f" ({len(runs) - len(times)} of {len(runs)} record no end time)" if len(times) < len(runs) else ""
+    if not times:
+        return "the runs record no end time (written before summary.json's ended_utc)" if runs else "no runs"
+    return f"the last ended {max(times):%Y-%m-%d %H:%M} UTC{unrecorded}"
 
 
 def timings_table(timings: dict) -> list[str]:

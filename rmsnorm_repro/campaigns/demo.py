@@ -280,7 +280,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
     decisions = [decide(plan, load_spreads()) for plan in CLAIMS]
     lines = ["# Root Mean Square Layer Normalization: the mini reproduction", "",
              f"Written by `make demo` (`python -m rmsnorm_repro.campaigns.demo`) from {len(everything)} runs under "
-             f"`{runs_root.relative_to(out)}/`, the last finished {finished_at(everything)}.  ",
+             f"`{runs_root.relative_to(out)}/`; {finished_at(everything)}.  ",
              f"Machine: {describe_env(everything)}.  ",
              (f"**The runs shared the machine: {shared} at a time** (one core each), so a run's own clock depends on "
               "what ran beside it: the tables show no time of the runs' own; step times come from the side-by-side "

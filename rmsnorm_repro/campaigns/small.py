@@ -347,7 +347,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
     bootstrap = bootstrap_notes(group_runs(everything), out / "bootstrap.json", valid_references, damaged=damaged)
     lines = ["# Root Mean Square Layer Normalization: the small tier, real language (Multi30k En-De)", "",
              f"Written by `make small` (`python -m rmsnorm_repro.campaigns.small`) from {len(everything)} runs under "
-             f"`{runs_root.relative_to(out)}/`, the last finished {finished_at(everything)}.  ",
+             f"`{runs_root.relative_to(out)}/`; {finished_at(everything)}.  ",
              f"Machine: {describe_env(everything)}.  ",
              splits_line(everything), "",
              "Everything here is scale=small: the paper's two translation models, shrunk to train on one CPU core "

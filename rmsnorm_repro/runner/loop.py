@@ -15,6 +15,7 @@ import signal
 import time
 import traceback
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +297,8 @@ class Loop:
             "selection": f"best valid {self.best_name} ({self.best_mode})" if self.select is not None else "last",
             "best": state.best,
             "wall_s": round(self.clock(), 3),
+            # a file's mtime is its checkout's time: reports say when runs ended from this
+            "ended_utc": datetime.now(timezone.utc).strftime(record.ENDED_FORMAT),
         }
         if status == "completed" and state.step < self.total:
             summary["stopped_by"] = self.stopped_by or "train.max_minutes"

@@ -43,3 +43,17 @@ def test_the_mini_transformer_at_the_papers_p_would_be_narrower_than_the_papers_
     from rmsnorm_repro.norms.formulas import partial_k
 
     assert partial_k(64, 0.0625) == 4 < partial_k(512, 0.0625) == 32 <= partial_k(64, 0.5)
+
+
+def test_the_reports_say_when_runs_ended_from_their_records_not_their_files(tmp_path):
+    from rmsnorm_repro.report.aggregate import Run
+
+    def ran(ended):
+        return Run(tmp_path, {} if ended is None else {"ended_utc": ended})
+
+    assert common.finished_at([ran("2026-12-08T01:50:09Z"), ran("2026-12-07T20:55:00Z")]) == \
+        "the last ended 2026-12-08 01:50 UTC"
+    # runs written before ended_utc (or with a value it cannot read) are counted, never dated by a file's mtime
+    assert common.finished_at([ran("2026-12-08T01:50:09Z"), ran(None), ran("yesterday")]) == \
+        "the last ended 2026-12-08 01:50 UTC (2 of 3 record no end time)"
+    assert common.finished_at([ran(None)]).startswith("the runs record no end time")

@@ -9,11 +9,13 @@ import json
 import math
 import sys
 import types
+from datetime import datetime, timezone
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from rmsnorm_repro import record
 from rmsnorm_repro.runner import ConfigError, run
 from rmsnorm_repro.runner import checkpoint
 from rmsnorm_repro.runner.files import MetricsFile
@@ -23,12 +25,14 @@ from runner_fixtures.helpers import read_metrics, read_summary
 
 # The contract of README "What one run writes"
 SUMMARY_KEYS = {"task", "norm", "p", "seed", "status", "steps", "step_ms_median", "step_ms_mean",
-                "s_per_1k_steps", "final", "best", "env"}
+                "s_per_1k_steps", "final", "best", "env", "ended_utc"}
 
 
 def test_a_run_writes_the_contract_files_and_learns(tmp_path, tiny_cfg):
     cfg = tiny_cfg("norm=rmsnorm")
+    before = datetime.now(timezone.utc).replace(microsecond=0)
     summary = run(cfg, tmp_path / "run")
+    assert before <= record.ended_utc(summary) <= datetime.now(timezone.utc)  # when it ended, by the clock
     run_dir = tmp_path / "run"
     assert (run_dir / "checkpoints" / "last.pt").exists()
     assert OmegaConf.load(run_dir / "config.yaml").norm.name == "rmsnorm"

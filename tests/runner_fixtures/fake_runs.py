@@ -9,6 +9,7 @@ import yaml
 
 from rmsnorm_repro.report import aggregate
 
+ENDED = "2026-01-02T03:04:05Z"  # every fake run's summary.json ended_utc
 ENV = {"torch": "2.14.1", "device": "cpu", "device_name": "Test CPU 9000", "threads": 1, "compile": False}
 
 
@@ -33,7 +34,7 @@ def write_run(root: Path, task: str, norm: str, seed: int, *, p: float = 1.0, st
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     summary = {"task": task, "norm": norm, "p": p, "seed": seed, "status": status, "steps": steps,
                "step_ms_median": s_per_1k, "step_ms_mean": s_per_1k, "s_per_1k_steps": s_per_1k,
-               "final": final or {}, "best": best or {},
+               "final": final or {}, "best": best or {}, "ended_utc": ENDED,
                "env": env or {**ENV, "norm": {"name": norm, "impl_used": "fused-cpu" if "rms" in norm else None}}}
     (run / "summary.json").write_text(json.dumps(summary))
     return run
