@@ -3,14 +3,18 @@ side-by-side step times the speed claims are judged on (speed.json), a report's 
 progress bar over a campaign's sweeps (TimedBar)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import contextlib
+import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from ..atomic import atomic_write_text
 from ..report.paired import Measured, SpeedUnreadable, read_speed, write_speed
@@ -18,6 +22,7 @@ from ..paths import repo_dir
 from ..record import ended_utc
 from ..report import figures as figs
 from ..report.aggregate import Run, load_runs
+from ..report.claims import TASK_ORDER, Claim
 
 ROOT = repo_dir() or Path.cwd()  # the checkout (results/mini is committed there), else where it is run
 
@@ -155,6 +160,47 @@ def finished_at(runs: list[Run]) -> str:
     if not times:
         return "the runs record no end time (written before summary.json's ended_utc)" if runs else "no runs"
     return f"the last ended {max(times):%Y-%m-%d %H:%M} UTC{unrecorded}"
+
+
+# claims judged from the runs' own clocks: a sweep's runs share the machine (--jobs at a time), so a run's
+# seconds depend on what ran beside it
+CLOCK_CLAIMS = ("Fig. 1 (per second)",)
+
+
+def shared_jobs(runs_root: Path) -> int:
+    """The most runs any sweep trained at a time (its multirun.yaml's hydra.launcher.n_jobs; 1 without one)."""
+    jobs = [OmegaConf.select(OmegaConf.load(path), "hydra.launcher.n_jobs", default=1) or 1
+            for path in runs_root.glob("*/multirun.yaml")]
+    return max([int(j) for j in jobs], default=1)
+
+
+def clocks_not_judged(claims: list[Claim], shared: int, verdict: str) -> list[Claim]:
+    """The claims, those read from the runs' own clocks as `verdict` with the reason (the numbers kept after
+    it) when `shared` > 1 runs trained at a time."""
+    if shared <= 1:
+        return claims
+    why = (f"{verdict}: the runs shared the machine ({shared} at a time), so their own clocks are not comparable "
+           "(the side-by-side step times are: speed.json)")
+    return [replace(c, verdict=verdict, numbers=f"{why}. Measured: {c.numbers}") if c.claim.startswith(CLOCK_CLAIMS)
+            else c for c in claims]
+
+
+def speed_section(speed: dict, command: str) -> list[str]:
+    """The side-by-side step times (speed.json), the time columns of a page whose runs shared the machine:
+    one row per task and norm; `command` times them where there are none."""
+    if not speed:
+        return [f"No side-by-side step times (speed.json): run `{command}`."]
+    rows = []
+    for task in TASK_ORDER:
+        measured = speed.get(task)
+        if measured is None:
+            continue
+        ln = statistics.median(measured.times_ms.get("layernorm", [float("nan")]))
+        for norm, times in sorted(measured.times_ms.items(), key=lambda kv: kv[0] != "layernorm"):
+            median = statistics.median(times)
+            rows.append(f"| {task} | {norm} | {median:.1f} | {(ln - median) / ln:+.1%} | {len(times)} |")
+    return ["| task | norm | ms / step (median, side by side) | (T_LN - T_X) / T_LN | steps timed |",
+            "|---|---|---|---|---|", *rows]
 
 
 def timings_table(timings: dict) -> list[str]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,8 +28,9 @@ from ..report import figures as figs, rules
 from ..report.aggregate import describe_env
 from ..report.claims import TASK_ORDER, Claim, judge, markdown as claims_markdown
 from ..report.tables import PAGES, render_page
-from .common import (ROOT, Damaged, TimedBar, damaged_lines, finished_at, load_speed, load_timings,
-                     measure_speed, partial_widths, report_damaged, run_logged, runs_of, save_timings, timings_table)
+from .common import (ROOT, Damaged, TimedBar, clocks_not_judged, damaged_lines, finished_at, load_speed, load_timings,
+                     measure_speed, partial_widths, report_damaged, run_logged, runs_of, save_timings, shared_jobs,
+                     speed_section, timings_table)
 
 
 @dataclass(frozen=True)
@@ -116,10 +116,6 @@ CLAIMS = (
     ClaimPlan("Fig. 3:", None, "match", ((P_MINI, P_MINI),), 1.0),  # across p: as noisy as one p's seeds at best
     ClaimPlan("Fig. 4:", None, "match", (("rmsnorm", "layernorm"),), 1.0),
 )
-# claims judged from runs whose own clocks are compared: the demo's runs share the machine (2 at a time), so
-# a run's seconds depend on what ran beside it
-CLOCK_CLAIMS = {"Fig. 1 (per second)": "the runs shared the machine (--jobs runs at a time), so their own clocks "
-                                       "are not comparable (the side-by-side step times are: speed.json)"}
 MOST_SEEDS = 20  # seeds a side looked at before a claim is called unaffordable here
 
 
@@ -210,15 +206,11 @@ def apply_decisions(claims: list[Claim], decisions: list[Decision], shared: int)
     out = []
     for claim in claims:
         decision = next((d for d in decisions if claim.claim.startswith(d.plan.claim)), None)
-        clock = next((why for start, why in CLOCK_CLAIMS.items() if claim.claim.startswith(start)), None)
         if decision is not None and decision.not_judged:
             out.append(replace(claim, verdict=NOT_JUDGED, numbers=f"{decision.not_judged}. Measured: {claim.numbers}"))
-        elif clock is not None and shared > 1:
-            out.append(replace(claim, verdict=NOT_JUDGED,
-                               numbers=f"not judged at mini: {clock}. Measured: {claim.numbers}"))
         else:
             out.append(claim)
-    return out
+    return clocks_not_judged(out, shared, NOT_JUDGED)
 
 
 def seeds_table(decisions: list[Decision]) -> list[str]:
@@ -228,31 +220,6 @@ def seeds_table(decisions: list[Decision]) -> list[str]:
             f"{'-' if d.power is None else f'{d.power:.0%}'} | {'judged' if d.not_judged is None else NOT_JUDGED} |"
             for d in decisions]
     return ["| claim | seeds a side run | seeds a side for a 50% chance | chance at the seeds run | here |",
-            "|---|---|---|---|---|", *rows]
-
-
-def shared_jobs(runs_root: Path) -> int:
-    """The most runs any sweep trained at a time (its multirun.yaml's hydra.launcher.n_jobs; 1 without one)."""
-    jobs = [OmegaConf.select(OmegaConf.load(path), "hydra.launcher.n_jobs", default=1) or 1
-            for path in runs_root.glob("*/multirun.yaml")]
-    return max([int(j) for j in jobs], default=1)
-
-
-def speed_section(speed: dict) -> list[str]:
-    """The side-by-side step times (speed.json), the time columns of this page: one row per task and norm."""
-    if not speed:
-        return ["No side-by-side step times (speed.json): run "
-                "`python -m rmsnorm_repro.campaigns.demo --report-only --speed`."]
-    rows = []
-    for task in TASK_ORDER:
-        measured = speed.get(task)
-        if measured is None:
-            continue
-        ln = statistics.median(measured.times_ms.get("layernorm", [float("nan")]))
-        for norm, times in sorted(measured.times_ms.items(), key=lambda kv: kv[0] != "layernorm"):
-            median = statistics.median(times)
-            rows.append(f"| {task} | {norm} | {median:.1f} | {(ln - median) / ln:+.1%} | {len(times)} |")
-    return ["| task | norm | ms / step (median, side by side) | (T_LN - T_X) / T_LN | steps timed |",
             "|---|---|---|---|---|", *rows]
 
 
@@ -322,7 +289,7 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
               "first). A claim over several comparisons needs what its hardest one needs. A claim that would need "
               f"more seeds than the demo's budget affords is \"{NOT_JUDGED}\"; a claim without a measured spread "
               "is judged by its rule as it stands.", "", *seeds_table(decisions)]
-    lines += ["", "## Step times side by side", "", *speed_section(speed)]
+    lines += ["", "## Step times side by side", "", *speed_section(speed, "python -m rmsnorm_repro.campaigns.demo --report-only --speed")]
 
     text, _ = table1.render(table1.compute(), table1.read_paper(), seed=0)
     lines += ["", text.replace("# Table 1", "## Table 1", 1).rstrip()]

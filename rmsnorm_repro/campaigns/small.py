@@ -32,11 +32,13 @@ from ..report.claims import judge, markdown as claims_markdown
 from ..report.significance import bootstrap_notes
 from ..report.tables import FAILS as FAILS_CELL, fmt_our_time, fmt_stat, layernorm_of, runs_cell, table
 from ..runner.optim import describe_schedule
-from .common import (ROOT, Damaged, TimedBar, damaged_lines, finished_at, load_speed, load_timings, measure_speed,
-                     report_damaged, run_logged, runs_of, save_timings, timings_table)
+from .common import (ROOT, Damaged, TimedBar, clocks_not_judged, damaged_lines, finished_at, load_speed, load_timings,
+                     measure_speed, report_damaged, run_logged, runs_of, save_timings, shared_jobs, speed_section,
+                     timings_table)
 
 TASKS = ("rnnsearch", "transformer")
 NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
+NOT_JUDGED = "not judged at small"  # a claim read from the runs' own clocks when they shared the machine
 DEFAULT_SEEDS = "1,2,3"  # what `make small` trains (campaigns/calibrate.py reads it for docs/verdicts.md)
 TITLES = {"rnnsearch": "RNNSearch (the paper's Tables 2 and 3, on Multi30k)",
           "transformer": "Transformer (the paper's Table 4, on Multi30k)"}
@@ -191,11 +193,12 @@ def _minutes(group: Group) -> str:
     return f"{train:.1f} + {final:.1f}" if final is not None else f"{train:.1f}"
 
 
-def task_table(task: str, groups: list[Group]) -> list[str]:
+def task_table(task: str, groups: list[Group], own_clock: bool = True) -> list[str]:
+    """One model's rows; own_clock=False (the runs shared the machine): no step times of the runs' own."""
     metrics = split_metrics([run for g in groups for run in g.runs])
     header = ["model", "runs", "steps", "epochs"] + [f"{split_label(m)} BLEU (beam)" for m in metrics] + \
         [f"best {figs.metric_label('bleu', [r for g in groups for r in g.runs])} (eval steps)",
-         "s / 1k steps [95%] (speed-up; shown, not judged)", "minutes: train + final eval"]
+         *(["s / 1k steps [95%] (speed-up; shown, not judged)"] if own_clock else []), "minutes: train + final eval"]
     body = []
     for group in groups:
         steps, passes = _mean([run.summary.get("steps") for run in group.runs]), _mean([epochs(run) for run in group.runs])
@@ -204,7 +207,8 @@ def task_table(task: str, groups: list[Group]) -> list[str]:
         for metric in metrics:
             cells.append(FAILS_CELL if group.fails_to_train else fmt_stat(group.stat(metric)))
         cells.append(FAILS_CELL if group.fails_to_train else fmt_stat(group.stat("bleu", "best")))
-        cells.append(fmt_our_time(group, layernorm_of(groups, group), "1k steps"))
+        if own_clock:
+            cells.append(fmt_our_time(group, layernorm_of(groups, group), "1k steps"))
         cells.append(_minutes(group))
         body.append(cells)
     return table(header, body)
@@ -345,11 +349,18 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
     everything = [run for task in TASKS for run in runs[task]]
     measured = load_speed(out, damaged)
     bootstrap = bootstrap_notes(group_runs(everything), out / "bootstrap.json", valid_references, damaged=damaged)
+    shared = shared_jobs(runs_root)
     lines = ["# Root Mean Square Layer Normalization: the small tier, real language (Multi30k En-De)", "",
              f"Written by `make small` (`python -m rmsnorm_repro.campaigns.small`) from {len(everything)} runs under "
              f"`{runs_root.relative_to(out)}/`; {finished_at(everything)}.  ",
              f"Machine: {describe_env(everything)}.  ",
-             splits_line(everything), "",
+             splits_line(everything) + "  ",
+             (f"**The runs shared the machine: {shared} at a time** (one core each; and runs of different sessions "
+              "saw different loads), so a run's own clock depends on what ran beside it: the model tables show no "
+              "step time of the runs' own (their minutes are a cost, not a comparison); step times come from the "
+              "side-by-side check (speed.json, \"Step times side by side\" below), and the claims read from the "
+              "runs' own clocks are not judged." if shared > 1 else
+              "The runs trained one at a time: their own clocks are comparable."), "",
              "Everything here is scale=small: the paper's two translation models, shrunk to train on one CPU core "
              "(each run's minutes of training and final beam decode below) on Multi30k's 29,000 English-German image "
              "captions instead of WMT14's 4.5M sentence pairs. BLEU is not comparable with the paper's WMT14 numbers; "
@@ -370,7 +381,8 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
                   "minutes are in the tables below):"]
     lines += timings_table(timings)
 
-    lines += ["", "## The paper's translation claims on Multi30k", "", *claims_markdown(judge(everything, measured, bootstrap), "on Multi30k")]
+    lines += ["", "## The paper's translation claims on Multi30k", "", *claims_markdown(clocks_not_judged(
+        judge(everything, measured, bootstrap), shared, NOT_JUDGED), "on Multi30k")]
     lines += ["", f"BLEU: sacreBLEU, detokenized, case-sensitive ({_signatures(everything)}), beam search with "
               "`task.decode.beam` on whole splits; the eval-step curves decode the first "
               "`task.decode.valid_sentences` sentences of the split that chooses the weights, greedy unless "
@@ -385,9 +397,10 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
         groups = group_runs(task_runs)
         lines += [f"Recipe (configs/task_scale/{task}/small.yaml): {_recipe(task_runs)}.  ",
                   "Ours: mean ± sample std over seeds (one value: a single run); \"runs\" counts completed runs; "
-                  f"a row whose every run diverged reads \"{FAILS_CELL}\". Step time: each run's median, with a "
-                  "95% interval; speed-up (T_LN - T_X) / T_LN, \"within noise\" when its interval holds 0.", ""]
-        lines += task_table(task, groups)
+                  f"a row whose every run diverged reads \"{FAILS_CELL}\"." + (
+                      " Step time: each run's median, with a 95% interval; speed-up (T_LN - T_X) / T_LN, \"within "
+                      "noise\" when its interval holds 0." if shared <= 1 else ""), ""]
+        lines += task_table(task, groups, own_clock=shared <= 1)
         drawer = figs._curves_figure(
             f"{TITLES[task].split(' (')[0]} on Multi30k: valid BLEU (greedy) and training loss",
             [("bleu", "step", "BLEU during training against steps"), ("bleu", "wall_s", "BLEU during training against wall-clock"),
@@ -396,6 +409,8 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
         path.parent.mkdir(parents=True, exist_ok=True)
         if drawer(group_runs(figs.unique_runs(task_runs)), path):
             lines += ["", f"![{task}]({Path(os.path.relpath(path, out)).as_posix()})"]
+    lines += ["", "## Step times side by side", "",
+              *speed_section(measured, "python -m rmsnorm_repro.campaigns.small --speed --data-root DIR")]
     lines += ["", "## Every run", "", *runs_table([run for task in TASKS for run in every_run[task]])]
     path = out / "REPORT.md"
     atomic_write_text(path, "\n".join(lines) + "\n")

@@ -66,11 +66,13 @@ def markdown(claims: list[Claim], scope: str) -> list[str]:
 def tally(claims: list[Claim]) -> str:
     """How many claims were judged by a rule of noise (Table 1's exact rows and Table 3's undecidable one
     aside), their verdicts, and the false verdicts expected by chance at FALSE_VERDICT_BOUND each."""
-    judged = [c for c in claims if not c.claim.startswith(("Table 1,", "Table 3:"))]
+    ruled = [c for c in claims if not c.claim.startswith(("Table 1,", "Table 3:"))]
+    judged = [c for c in ruled if c.verdict in (HOLDS, FAILS, UNSURE)]  # not: a tier's "not judged at ..."
     count = {v: sum(c.verdict == v for c in judged) for v in (HOLDS, FAILS, UNSURE)}
     decided = count[HOLDS] + count[FAILS]
+    skipped = f" ({len(ruled) - len(judged)} more not judged here: the reason in each row)" if len(ruled) > len(judged) else ""
     return (f"{len(judged)} claims judged by the noise rules (Table 1's computed rows aside): {count[HOLDS]} hold, "
-            f"{count[FAILS]} do not hold, {count[UNSURE]} cannot tell. Each rule's false verdict rate is at most "
+            f"{count[FAILS]} do not hold, {count[UNSURE]} cannot tell{skipped}. Each rule's false verdict rate is at most "
             f"{FALSE_VERDICT_BOUND:.0%} a claim (docs/verdicts.md), so by chance alone up to "
             f"{FALSE_VERDICT_BOUND * len(judged):.1f} of these verdicts could be false; of the {decided} decided, "
             f"about {FALSE_VERDICT_BOUND * decided:.1f} at worst.")

@@ -205,6 +205,16 @@ def test_small_report_from_run_directories(tmp_path):
     assert "5.0 + 2.5" in text  # minutes of training + final evaluation
     assert (out / "figures" / "transformer.png").exists() and "![rnnsearch](figures/rnnsearch.png)" in text
     assert small.main(["--out", str(out), "--report-only"]) == 0 and (out / "REPORT.md").read_text() == text
+    assert "The runs trained one at a time: their own clocks are comparable." in text and "s / 1k steps [95%]" in text
+    # `make small`'s sweeps train 2 runs at a time: their own clocks are not compared, the side-by-side times stand in
+    (runs / "rnnsearch" / "multirun.yaml").write_text("hydra:\n  launcher:\n    n_jobs: 2\n")
+    assert small.main(["--out", str(out), "--report-only"]) == 0
+    shared = (out / "REPORT.md").read_text()
+    assert "**The runs shared the machine: 2 at a time**" in shared and "s / 1k steps [95%]" not in shared
+    row = next(line for line in shared.splitlines() if line.startswith("| rmsnorm | 1 | 300 | - | 31.4 |"))
+    assert row.count("|") == 8 and "## Step times side by side" in shared  # 7 cells: no step time of its own
+    assert "| Fig. 1 (per second): LayerNorm's lead over the Baseline is smaller per second than per step | " \
+           "**not judged at small** | not judged at small: the runs shared the machine (2 at a time)" in shared
 
 
 def test_small_report_with_test_sets_and_seeds(tmp_path):

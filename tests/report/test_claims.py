@@ -258,6 +258,10 @@ def test_the_claims_table_ends_with_how_many_false_verdicts_chance_would_give(tm
                              claims.Claim("b", claims.UNSURE, "")], "here")
     assert lines[-1].startswith("2 claims judged by the noise rules (Table 1's computed rows aside): 1 hold, 0 do not "
                                 "hold, 1 cannot tell.") and "up to 0.2 of these verdicts could be false" in lines[-1]
+    # a claim a tier does not judge is not counted as judged, and the line says so
+    lines = claims.markdown([claims.Claim("a", claims.HOLDS, ""), claims.Claim("c", "not judged at mini", "why")], "here")
+    assert lines[-1].startswith("1 claims judged by the noise rules (Table 1's computed rows aside): 1 hold, 0 do not "
+                                "hold, 0 cannot tell (1 more not judged here: the reason in each row).")
 
 
 def test_demo_report_only_judges_speed_by_size_and_states_table3(tmp_path):
