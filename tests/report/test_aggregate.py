@@ -227,7 +227,8 @@ def _small_runs_plus_a_seed(tmp_path: Path, **changes: object) -> Path:
     import shutil
 
     root = tmp_path / "rnnsearch"
-    shutil.copytree(SMALL_RUNS, root)
+    # the records of seeds 1-2 (trained before max_loss and allocator existed), not the later seed 3 / p = 0.125
+    shutil.copytree(SMALL_RUNS, root, ignore=shutil.ignore_patterns("*-s3", "prmsnorm-p0.125-*"))
     for norm in ("rmsnorm", "layernorm"):
         new = root / f"{norm}-p1.0-s3"
         shutil.copytree(root / f"{norm}-p1.0-s2", new)
