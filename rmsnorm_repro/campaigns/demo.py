@@ -289,7 +289,8 @@ def write_report(out: Path, timings: dict[str, tuple[int, float]], damaged: Dama
               "first). A claim over several comparisons needs what its hardest one needs. A claim that would need "
               f"more seeds than the demo's budget affords is \"{NOT_JUDGED}\"; a claim without a measured spread "
               "is judged by its rule as it stands.", "", *seeds_table(decisions)]
-    lines += ["", "## Step times side by side", "", *speed_section(speed, "python -m rmsnorm_repro.campaigns.demo --report-only --speed")]
+    lines += ["", "## Step times side by side", "",
+              *speed_section(speed, "python -m rmsnorm_repro.campaigns.demo --report-only --speed")]
 
     text, _ = table1.render(table1.compute(), table1.read_paper(), seed=0)
     lines += ["", text.replace("# Table 1", "## Table 1", 1).rstrip()]
