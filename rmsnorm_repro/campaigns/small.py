@@ -39,7 +39,6 @@ from .common import (ROOT, Damaged, TimedBar, clocks_not_judged, damaged_lines, 
 TASKS = ("rnnsearch", "transformer")
 NORMS = ("none", "layernorm", "rmsnorm", "prmsnorm")
 NOT_JUDGED = "not judged at small"  # a claim read from the runs' own clocks when they shared the machine
-DEFAULT_SEEDS = "1,2,3"  # what `make small` trains (campaigns/calibrate.py reads it for docs/verdicts.md)
 TITLES = {"rnnsearch": "RNNSearch (the paper's Tables 2 and 3, on Multi30k)",
           "transformer": "Transformer (the paper's Table 4, on Multi30k)"}
 DEFAULT_DATA_ROOT = Path("data") / "multi30k"
@@ -51,6 +50,7 @@ log = logging.getLogger(__name__)
 RUN_MINUTES = 25.0
 # the seeds `make small` trains (the Makefile passes none unless SMALL_SEEDS is given): three a model, what
 # the simulation at the committed runs' spreads needs for the Transformer's matches and Figure 1 per step
+# (campaigns/calibrate.py reads it for docs/verdicts.md)
 DEFAULT_SEEDS = "1,2,3"
 # Figure 3's values of p on real language: every one gives pRMSNorm a k no smaller than the paper's
 FIG3_PS = (0.125, 0.25, 1.0)
@@ -289,39 +289,34 @@ def seeds_lines(runs: list[Run], seeds: str = DEFAULT_SEEDS) -> list[str]:
     CPU-hours the missing ones take (one core a run: the mean wall_s of the task's finished runs), so a report
     with fewer seeds says so rather than judging on them silently."""
     wanted = seeds.split(",")
-    lines, missing_all = [], 0.0
+    lines, missing_all, per_run = [], 0.0, {}
     for task in TASKS:
         mine = [run for run in runs if run.task == task and run.status in ("completed", "diverged")]
         walls = [run.summary["wall_s"] for run in mine if isinstance(run.summary.get("wall_s"), (int, float))]
-        per_run = sum(walls) / len(walls) if walls else 60 * RUN_MINUTES
+        per_run[task] = sum(walls) / len(walls) if walls else 60 * RUN_MINUTES
         have = {norm: sorted({str(r.seed) for r in mine if r.norm == norm and this_p(r)} & set(wanted))
                 for norm in NORMS}
         missing = [(norm, seed) for norm in NORMS for seed in wanted if seed not in have[norm]]
-        missing_all += len(missing) * per_run
+        missing_all += len(missing) * per_run[task]
         shown = "; ".join(f"{norm}{f' p={recipe_p(task):g}' if norm == 'prmsnorm' else ''} "
                           f"{','.join(have[norm]) or 'none'}" for norm in NORMS)
         lines.append(f"- {task}: seeds present: {shown}. " + (
             f"**Missing: {len(missing)} runs** ({', '.join(f'{n} s{seed}' for n, seed in missing)}), about "
-            f"{len(missing) * per_run / 3600:.1f} CPU-hours (one core a run, {per_run / 60:.0f} minutes each: "
-            f"the mean wall_s of this task's finished runs); the claims below are judged on the seeds present"
+            f"{len(missing) * per_run[task] / 3600:.1f} CPU-hours (one core a run, {per_run[task] / 60:.0f} minutes "
+            f"each: the mean wall_s of this task's finished runs); the claims below are judged on the seeds present"
             if missing else "none missing."))
     head = (f"Seeds {seeds} a model (`make small`'s default, campaigns/small.py DEFAULT_SEEDS) for the four "
             "norms, pRMSNorm at its recipe's p:")
     tail = ([f"Missing in all: about {missing_all / 3600:.1f} CPU-hours; `make small` trains only them "
              "(finished runs are kept)."] if missing_all else [])
-    rnn = [run.summary["wall_s"] for run in runs
-           if run.task == "rnnsearch" and isinstance(run.summary.get("wall_s"), (int, float))]
     extra_ps = [p for p in FIG3_PS if not math.isclose(p, recipe_p("rnnsearch"))]
-    if rnn:  # not trained by `make small`: its cost, so a later session can plan it
-        per_run = sum(rnn) / len(rnn)
+    if any(run.task == "rnnsearch" for run in runs):  # not trained by `make small`: its cost, to plan it
+        extra = len(extra_ps) * len(wanted)
         tail.append(f"Figure 3 on real language (RNNSearch pRMSNorm at p = {', '.join(f'{p:g}' for p in FIG3_PS)}, "
-                    f"{len(wanted)} seeds; the recipe's p shares the runs above) is not trained here: "
-                    f"{len(extra_ps) * len(wanted)} more runs, "
-                    f"about {len(extra_ps) * len(wanted) * per_run / 3600:.1f} "
-                    "CPU-hours (train them with "
-                    "`python -m rmsnorm_repro.train -m task=rnnsearch norm=prmsnorm norm.p=0.25,1.0 seed=1,2,3 "
-                    "scale=small "
-                    "data=multi30k hydra.sweep.dir=results/small/runs/rnnsearch-fig3`).")
+                    f"{len(wanted)} seeds; the recipe's p shares the runs above) is not trained here: {extra} more "
+                    f"runs, about {extra * per_run['rnnsearch'] / 3600:.1f} CPU-hours (train them with `python -m "
+                    f"rmsnorm_repro.train -m task=rnnsearch norm=prmsnorm norm.p={','.join(f'{p:g}' for p in extra_ps)} "
+                    f"seed={seeds} scale=small data=multi30k hydra.sweep.dir=results/small/runs/rnnsearch-fig3`).")
     return [head, "", *lines, *([""] + tail if tail else [])]
 
 

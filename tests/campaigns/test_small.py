@@ -361,6 +361,14 @@ def test_the_report_states_the_seeds_present_and_missing_and_leaves_other_ps_unj
     assert small.finished_runs(out / "runs" / "transformer", "1,2,3") == 6  # the p=6.25% runs are not this sweep's
 
 
+def test_the_figure_3_line_prices_and_names_the_runs_it_would_train(tmp_path):
+    runs = [small.Run(tmp_path, {"task": "rnnsearch", "norm": "layernorm", "seed": 1, "status": "completed",
+                                 "steps": 1500, "final": {"valid_beam_bleu": 30.0}, "wall_s": 1800.0})]
+    tail = small.seeds_lines(runs, "1,2")[-1]
+    assert "4 more runs, about 2.0 CPU-hours" in tail  # p = 0.25 and 1 (0.125 is the recipe's), 2 seeds, 30 min
+    assert "norm.p=0.25,1 seed=1,2 scale=small" in tail
+
+
 def test_the_small_recipes_give_prmsnorm_the_papers_k():
     from rmsnorm_repro.norms.formulas import partial_k
 
